@@ -1,0 +1,39 @@
+"""recon: offline, static source reconnaissance for LLM inference engines.
+
+The Python API is what the CLI calls; notebooks use it directly::
+
+    import recon
+    snap = recon.snapshot("pip:vllm==0.33.0")
+    snap.files["vllm/config/compilation.py"].sha256
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ReconError, UnsafeArchiveError
+from .snapshot import FileRecord, Snapshot, list_snapshots
+
+
+def snapshot(source: str, **kwargs):  # noqa: ANN201 - re-exported below
+    """Take a snapshot of ``source`` (see :func:`recon.snapshotter.take_snapshot`)."""
+    from .snapshotter import take_snapshot
+
+    return take_snapshot(source, **kwargs)
+
+
+def open_snapshot(ref: str) -> Snapshot:
+    """Open an existing snapshot by name or path."""
+    return Snapshot.open(ref)
+
+
+__all__ = [
+    "FileRecord",
+    "ReconError",
+    "Snapshot",
+    "UnsafeArchiveError",
+    "__version__",
+    "list_snapshots",
+    "open_snapshot",
+    "snapshot",
+]

@@ -1,0 +1,55 @@
+"""The ``recon`` command: a thin Typer layer over the library.
+
+Each verb lives in its own module under ``recon.cli`` and exposes
+``register(app)``; this file only assembles them and turns
+:class:`~recon.errors.ReconError` into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import typer
+
+from ..errors import ReconError
+
+app = typer.Typer(
+    name="recon",
+    help="Offline source reconnaissance for LLM inference engines (vLLM, SGLang).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Verb modules, in the order their commands appear in --help.
+VERB_MODULES = ("snapshot", "index", "slice", "recipe", "probe", "diff", "logs", "demo")
+
+for _name in VERB_MODULES:
+    if importlib.util.find_spec(f"{__name__}.{_name}") is not None:
+        importlib.import_module(f"{__name__}.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except ReconError as err:
+        typer.echo(f"recon: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("recon: interrupted", err=True)
+        sys.exit(130)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except Exception as ex:  # click usage errors and aborts
+        import click
+
+        if isinstance(ex, click.exceptions.ClickException):
+            ex.show()
+            sys.exit(ex.exit_code)
+        if isinstance(ex, click.exceptions.Abort):
+            typer.echo("recon: aborted", err=True)
+            sys.exit(1)
+        raise
