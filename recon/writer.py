@@ -15,6 +15,7 @@ goes through here, so the rules live in one spot:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -118,8 +119,8 @@ class TreeWriter:
             os.unlink(leaf, dir_fd=dfd)
 
     def write_stream(self, rel: str, src: IO[bytes], *, where: str = "", limit: int | None = None,
-                     chunk: int = 1 << 20) -> int:
-        """Copy ``src`` into ``rel``; refuse to write more than ``limit`` bytes."""
+                     chunk: int = 1 << 20) -> tuple[int, str]:
+        """Copy ``src`` into ``rel``; return (size, sha256 hex). Refuse more than ``limit`` bytes."""
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
         try:
@@ -127,6 +128,7 @@ class TreeWriter:
             fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE,
                          dir_fd=dfd)
             total = 0
+            digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
                 while True:
                     block = src.read(chunk)
@@ -138,12 +140,13 @@ class TreeWriter:
                             f"entry {rel!r} is larger than the size cap of {limit} bytes "
                             "(raise it with --max-file-size)", where=where or None)
                     out.write(block)
+                    digest.update(block)
             self.bytes_written += total
-            return total
+            return total, digest.hexdigest()
         finally:
             os.close(dfd)
 
-    def write_bytes(self, rel: str, data: bytes, *, where: str = "") -> int:
+    def write_bytes(self, rel: str, data: bytes, *, where: str = "") -> tuple[int, str]:
         import io
 
         return self.write_stream(rel, io.BytesIO(data), where=where)
@@ -157,6 +160,23 @@ class TreeWriter:
             os.symlink(target, leaf, dir_fd=dfd)
         finally:
             os.close(dfd)
+
+    def open_read(self, rel: str) -> IO[bytes] | None:
+        """Open a regular file of the tree for reading, never through a symlink; None if absent."""
+        try:
+            dfd, leaf = self._parent_fd(clean_relpath(rel), where="")
+        except (UnsafeArchiveError, OSError):
+            return None
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
 
     def mkdir(self, rel: str, *, where: str = "") -> None:
         rel = clean_relpath(rel, where=where)
@@ -175,29 +195,46 @@ class TreeWriter:
 
 
 @contextlib.contextmanager
-def staged_dir(dest: Path, *, replace: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside ``dest``; rename it to ``dest`` on success.
+def staging(parent: Path, label: str) -> Iterator[Path]:
+    """Yield a fresh hidden folder in ``parent``; it is removed unless :func:`commit` moved it.
 
-    On any exception (Ctrl-C included) the temporary folder is removed, so a
-    half-written result never sits at ``dest``.
+    On any exception (Ctrl-C included) the folder goes, so a half-written
+    result never sits where a finished one is expected.
     """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and not replace:
-        raise ReconError(f"{dest} already exists (use --force to replace it)")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{label}.partial-", dir=parent))
+    os.chmod(tmp, 0o755)
     try:
         yield tmp
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.rename(dest, old)
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def commit(tmp: Path, dest: Path, *, replace: bool = False) -> None:
+    """Move a finished staging folder to ``dest`` (same filesystem: one rename)."""
+    dest = Path(dest)
+    if dest.exists() or dest.is_symlink():
+        if not replace:
+            raise ReconError(f"{dest} already exists (use --force to replace it)")
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.rename(dest, old)
+        os.rename(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, dest)
+
+
+@contextlib.contextmanager
+def staged_dir(dest: Path, *, replace: bool = False) -> Iterator[Path]:
+    """Build a folder whose final name is known up front; rename it into place on success."""
+    dest = Path(dest)
+    if (dest.exists() or dest.is_symlink()) and not replace:
+        raise ReconError(f"{dest} already exists (use --force to replace it)")
+    with staging(dest.parent, dest.name) as tmp:
+        yield tmp
+        commit(tmp, dest, replace=replace)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -1,0 +1,53 @@
+"""SOURCE references (``scheme:rest``) and the function that opens any of them.
+
+Every scheme returns a :class:`recon.sources.base.Image`, the one layer
+abstraction the rest of recon works on.
+"""
+
+from __future__ import annotations
+
+from ..errors import ReconError
+from .base import Entry, Image, ImageConfig, Layer
+
+SCHEMES = ("docker", "docker-archive", "oci", "oci-archive", "wheel", "pip", "dir")
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    scheme, sep, rest = ref.partition(":")
+    if not sep or scheme not in SCHEMES or not rest:
+        raise ReconError(f"unknown SOURCE {ref!r}: use one of "
+                         + ", ".join(f"{s}:..." for s in SCHEMES))
+    return scheme, rest
+
+
+def open_source(ref: str, *, packages: list[str], platform: str | None = None,
+                max_layer_size: int | None = None) -> Image:
+    """Open ``ref`` without starting anything; the caller must ``close()`` the image."""
+    scheme, rest = split_ref(ref)
+    if scheme == "docker":
+        from .daemon import open_daemon
+
+        return open_daemon(rest, packages=packages, platform=platform)
+    if scheme == "docker-archive":
+        from .archive import open_docker_archive
+
+        return open_docker_archive(rest, platform=platform, max_layer_size=max_layer_size)
+    if scheme in ("oci", "oci-archive"):
+        from .archive import open_oci
+
+        return open_oci(rest, archive=scheme == "oci-archive", platform=platform,
+                        max_layer_size=max_layer_size)
+    if scheme == "wheel":
+        from .wheel import open_wheel
+
+        return open_wheel(rest)
+    if scheme == "pip":
+        from .pip import open_pip
+
+        return open_pip(rest)
+    from .folder import open_folder
+
+    return open_folder(rest)
+
+
+__all__ = ["SCHEMES", "Entry", "Image", "ImageConfig", "Layer", "open_source", "split_ref"]

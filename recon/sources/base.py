@@ -1,0 +1,254 @@
+"""The one abstraction every image source yields: an image made of layers of entries.
+
+Like stereoscope/syft, a source (Docker engine, ``docker save`` archive, OCI
+layout, wheel, folder) only has to say how to list its layers and how to
+stream each layer's entries; squashing, package discovery and writing are
+shared (``recon.layers``). A layer is re-openable: hardlink targets hidden by
+an upper layer are fetched by reading the same layer again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..errors import ReconError, UnsafeArchiveError
+
+FILE, DIR, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
+
+
+@dataclass
+class Entry:
+    """One member of a layer. ``open()`` is valid only while the layer is being iterated."""
+
+    name: str  # path relative to the image root, no leading "/" ("" is the root itself)
+    kind: str  # FILE | DIR | SYMLINK | HARDLINK | OTHER (device, fifo, socket)
+    size: int = 0
+    linkname: str | None = None  # symlink target as stored / hardlink target (root-relative)
+    mode: int = 0o644
+    open: Callable[[], IO[bytes]] | None = None
+
+
+@dataclass
+class ImageConfig:
+    """The parts of an image's config a person investigating a crash wants to see."""
+
+    env: list[str] = field(default_factory=list)
+    entrypoint: list[str] | None = None
+    cmd: list[str] | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    working_dir: str = ""
+    user: str = ""
+    os: str = ""
+    architecture: str = ""
+
+    @classmethod
+    def from_image_json(cls, data: dict[str, Any]) -> ImageConfig:
+        """Build from an OCI/Docker image config blob (``config`` or ``Config`` key)."""
+        cfg = data.get("config") or data.get("Config") or {}
+        return cls(
+            env=list(cfg.get("Env") or []),
+            entrypoint=cfg.get("Entrypoint"),
+            cmd=cfg.get("Cmd"),
+            labels=dict(cfg.get("Labels") or {}),
+            working_dir=cfg.get("WorkingDir") or "",
+            user=cfg.get("User") or "",
+            os=data.get("os") or data.get("Os") or "",
+            architecture=data.get("architecture") or data.get("Architecture") or "",
+        )
+
+    def env_dict(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in self.env:
+            key, _, value = item.partition("=")
+            out[key] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "env": self.env, "entrypoint": self.entrypoint, "cmd": self.cmd,
+            "labels": self.labels, "working_dir": self.working_dir, "user": self.user,
+            "os": self.os, "architecture": self.architecture,
+        }
+
+
+class Layer:
+    """A re-openable stream of entries. Subclasses implement :meth:`entries`."""
+
+    def __init__(self, index: int, digest: str, *, diff_id: str | None = None,
+                 media_type: str = "", size: int = 0) -> None:
+        self.index = index
+        self.digest = digest
+        self.diff_id = diff_id
+        self.media_type = media_type
+        self.size = size
+        self.bytes_read = 0  # compressed bytes consumed (progress bars)
+
+    def entries(self) -> Iterator[Entry]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "digest": self.digest, "size": self.size}
+        if self.diff_id:
+            out["diff_id"] = self.diff_id
+        if self.media_type:
+            out["media_type"] = self.media_type
+        return out
+
+
+@dataclass
+class Image:
+    """What a source resolves to: config (if any), layers bottom to top, identity."""
+
+    ref: str
+    scheme: str
+    digest: str | None
+    layers: list[Layer]
+    config: ImageConfig | None = None
+    platform: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    closer: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        if self.closer is not None:
+            closer, self.closer = self.closer, None
+            closer()
+
+
+# --- tar streams ------------------------------------------------------------
+
+class CountingReader(io.RawIOBase):
+    """Wraps a binary stream and counts bytes so progress bars can follow a layer."""
+
+    def __init__(self, raw: IO[bytes], on_read: Callable[[int], None] | None = None) -> None:
+        self.raw = raw
+        self.count = 0
+        self.on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        data = self.raw.read(len(buf))
+        n = len(data)
+        buf[:n] = data
+        self.count += n
+        if self.on_read is not None and n:
+            self.on_read(n)
+        return n
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
+    """The fastest gzip decompressor available (ISA-L if installed, else zlib)."""
+    try:
+        from isal import igzip_threaded  # type: ignore[import-not-found]
+
+        return igzip_threaded.open(raw, "rb", threads=1)  # type: ignore[no-any-return]
+    except ImportError:
+        pass
+    try:
+        from isal import igzip  # type: ignore[import-not-found]
+
+        return igzip.IGzipFile(fileobj=raw, mode="rb")  # type: ignore[no-any-return]
+    except ImportError:
+        import gzip
+
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+
+
+def decompressed(raw: IO[bytes], *, where: str) -> IO[bytes]:
+    """Sniff the compression by magic bytes (media types lie) and return a plain stream."""
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
+    head = buffered.peek(4)[:4]  # type: ignore[union-attr]
+    if head[:2] == _GZIP_MAGIC:
+        return _gzip_reader(buffered)
+    if head == _ZSTD_MAGIC:
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(buffered, read_size=1 << 20)  # type: ignore[return-value]
+    return buffered  # type: ignore[return-value]
+
+
+class BombGuard(io.RawIOBase):
+    """Stops reading a decompressed stream that expands past a cap (decompression bombs)."""
+
+    def __init__(self, raw: IO[bytes], cap: int, where: str) -> None:
+        self.raw = raw
+        self.cap = cap
+        self.where = where
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        data = self.raw.read(len(buf))
+        n = len(data)
+        self.count += n
+        if self.count > self.cap:
+            raise UnsafeArchiveError(
+                f"layer expands past {self.cap} bytes when decompressed (decompression bomb? "
+                "raise the cap with --max-layer-size)", where=self.where)
+        buf[:n] = data
+        return n
+
+
+def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str = "",
+                max_layer_size: int | None = None) -> Iterator[Entry]:
+    """Stream a (possibly compressed) tar as :class:`Entry` objects, never extracting.
+
+    ``strip`` removes a leading path from every member; ``prefix`` adds one
+    (the Docker engine's ``get_archive`` names members relative to the folder).
+    """
+    plain = decompressed(stream, where=where)
+    if max_layer_size is not None:
+        plain = io.BufferedReader(BombGuard(plain, max_layer_size, where), 1 << 20)  # type: ignore[assignment]
+    try:
+        tf = tarfile.open(fileobj=plain, mode="r|")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise ReconError(f"not a readable tar layer ({err})", where=where) from err
+    with contextlib.closing(tf):
+        try:
+            for member in tf:
+                yield _entry_of(tf, member, where=where, strip=strip, prefix=prefix)
+        except UnsafeArchiveError:
+            raise
+        except (tarfile.TarError, EOFError, OSError) as err:
+            raise ReconError(f"truncated or corrupt layer ({type(err).__name__}: {err})",
+                             where=where) from err
+        except Exception as err:  # zlib.error, zstd errors
+            if type(err).__name__ in ("error", "ZstdError", "BadGzipFile"):
+                raise ReconError(f"corrupt compressed data ({err})", where=where) from err
+            raise
+
+
+def _member_name(name: str, strip: str, prefix: str) -> str:
+    if name.startswith("./"):
+        name = name[2:]
+    if strip and (name == strip or name.startswith(strip + "/")):
+        name = name[len(strip):].lstrip("/")
+    if prefix:
+        name = f"{prefix}/{name}" if name else prefix
+    return name.rstrip("/")
+
+
+def _entry_of(tf: tarfile.TarFile, m: tarfile.TarInfo, *, where: str, strip: str,
+              prefix: str) -> Entry:
+    name = _member_name(m.name, strip, prefix)
+    if m.isreg():
+        return Entry(name, FILE, m.size, None, m.mode, lambda m=m: tf.extractfile(m))  # type: ignore[misc,return-value]
+    if m.isdir():
+        return Entry(name, DIR, 0, None, m.mode)
+    if m.issym():
+        return Entry(name, SYMLINK, 0, m.linkname, m.mode)
+    if m.islnk():
+        return Entry(name, HARDLINK, 0, _member_name(m.linkname, strip, prefix), m.mode)
+    return Entry(name, OTHER, 0, None, m.mode)

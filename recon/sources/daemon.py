@@ -1,0 +1,179 @@
+"""``docker:REF``: read the package out of an image through the Docker engine.
+
+The container is created and **never started**; files come from the engine's
+archive API (``GET /containers/{id}/archive``), which returns the engine's own
+squashed view. The container is removed in every case, Ctrl-C included.
+Per-file layer provenance is not available this way (the engine has already
+merged the layers): files are attributed to one layer standing for the
+engine's view; use ``docker-archive:`` (``docker save``) for per-layer origin.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ReconError
+from .base import Entry, Image, ImageConfig, Layer, tar_entries
+
+PY_VERSIONS = [f"3.{m}" for m in range(8, 15)]
+PREFIXES = ["usr/local", "usr", "opt/conda", "opt/venv", "venv", "root/.local", "app/.venv"]
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file-like view over the SDK's chunk generator."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self.buf:
+            try:
+                self.buf = next(self.chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self.buf))
+        b[:n] = self.buf[:n]
+        self.buf = self.buf[n:]
+        return n
+
+
+def _client() -> Any:
+    try:
+        import docker
+    except ImportError as err:  # pragma: no cover - dependency of recon
+        raise ReconError("the 'docker' Python package is not installed") from err
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+        return client
+    except Exception as err:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise ReconError(f"no Docker engine answers at {host} (start dockerd or set DOCKER_HOST); "
+                         "docker-archive:/oci: sources need no engine") from err
+
+
+def _stat(client: Any, cid: str, path: str) -> dict[str, Any] | None:
+    """HEAD the archive endpoint: the engine's stat of ``path`` without any content."""
+    res = client.api.head(client.api._url("/containers/{0}/archive", cid), params={"path": path})
+    if res.status_code != 200:
+        return None
+    raw = res.headers.get("X-Docker-Container-Path-Stat")
+    return json.loads(base64.b64decode(raw)) if raw else {}
+
+
+def candidate_roots(config: ImageConfig) -> list[str]:
+    """Folders where an importable package may live, most likely first."""
+    env = config.env_dict()
+    roots: list[str] = []
+    for item in (env.get("PYTHONPATH") or "").split(":"):
+        if item.strip("/"):
+            roots.append(item.strip("/"))
+    prefixes: list[str] = []
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if env.get(var):
+            prefixes.append(env[var].strip("/"))
+    for d in (env.get("PATH") or "").split(":"):
+        if d.endswith("/bin"):
+            prefixes.append(d[:-4].strip("/"))
+    prefixes += PREFIXES
+    seen = set(roots)
+    for prefix in prefixes:
+        for ver in PY_VERSIONS:
+            for kind in ("site-packages", "dist-packages"):
+                cand = f"{prefix}/lib/python{ver}/{kind}".lstrip("/")
+                if cand not in seen:
+                    seen.add(cand)
+                    roots.append(cand)
+    for extra in ("usr/lib/python3/dist-packages", "usr/local/lib/python3/dist-packages"):
+        if extra not in seen:
+            roots.append(extra)
+    return roots
+
+
+class DaemonLayer(Layer):
+    """The engine's merged view of the folders that hold candidate packages."""
+
+    def __init__(self, client: Any, cid: str, roots: list[str], digest: str) -> None:
+        super().__init__(0, digest, media_type="docker-engine-view")
+        self.client = client
+        self.cid = cid
+        self.roots = roots
+
+    def entries(self) -> Iterator[Entry]:
+        for root in self.roots:
+            chunks, _stat = self.client.api.get_archive(self.cid, "/" + root, chunk_size=1 << 20)
+            parent = os.path.dirname(root)
+            reader = io.BufferedReader(_ChunkReader(iter(chunks)), 1 << 20)
+            for entry in tar_entries(reader, where=f"docker archive of /{root}"):
+                if parent and entry.name:
+                    entry.name = f"{parent}/{entry.name}"
+                    if entry.kind == "hardlink" and entry.linkname:
+                        entry.linkname = f"{parent}/{entry.linkname}"
+                yield entry
+
+
+def open_daemon(ref: str, *, packages: list[str], platform: str | None = None) -> Image:
+    client = _client()
+    import docker.errors
+
+    try:
+        image = client.images.get(ref)
+    except docker.errors.ImageNotFound as err:
+        raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
+    except docker.errors.APIError as err:
+        raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
+    attrs = image.attrs
+    config = ImageConfig.from_image_json(attrs)
+    # Create (never start) a container; the command is a placeholder never run.
+    container = client.containers.create(image.id, command=["/recon-never-started"],
+                                         entrypoint=[], network_disabled=True)
+    removed = False
+
+    def remove() -> None:
+        nonlocal removed
+        if not removed:
+            removed = True
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+    old = signal.getsignal(signal.SIGTERM)
+    with contextlib.suppress(ValueError):  # not in the main thread: leave handlers alone
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        roots = []
+        for root in candidate_roots(config):
+            st = _stat(client, container.id, "/" + root)
+            if st is None:
+                continue
+            if any(_stat(client, container.id, f"/{root}/{p}") is not None for p in packages) or \
+                    not packages:
+                roots.append(root)
+    except BaseException:
+        remove()
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, old)
+        raise
+
+    def close() -> None:
+        remove()
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, old)
+
+    return Image(ref=f"docker:{ref}", scheme="docker", digest=image.id,
+                 layers=[DaemonLayer(client, container.id, roots, image.id)], config=config,
+                 platform=f"{config.os}/{config.architecture}" if config.os else None,
+                 extra={"repo_tags": image.tags, "container": container.id,
+                        "repo_digests": attrs.get("RepoDigests") or [],
+                        "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
+                 closer=close)

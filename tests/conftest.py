@@ -1,0 +1,80 @@
+"""Shared fixtures: real engine releases from PyPI and a real Docker engine.
+
+Engine wheels are downloaded once into recon's cache (``$RECON_CACHE``,
+default ``~/.cache/recon``) and every test shares the snapshots made from
+them. Tests that need the Docker engine skip on a laptop without one, but
+fail in CI (``CI=true``), where ``.ci/run`` starts the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recon.paths import cache_dir
+from recon.snapshot import Snapshot
+from recon.snapshotter import take_snapshot
+
+#: The releases tests use. Latest first; older ones for cross-release checks.
+VLLM_LATEST = "0.33.0"
+SGLANG_LATEST = "0.5.23"
+
+
+def _key(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
+
+
+@pytest.fixture(scope="session")
+def pip_snapshot() -> Callable[..., Snapshot]:
+    """``pip_snapshot("vllm==0.33.0")`` -> a Snapshot of that release (made once, cached).
+
+    Snapshots hold the package's non-binary files; they live in
+    ``$RECON_CACHE/test-snapshots`` so reruns and other tests reuse them.
+    """
+    base = cache_dir() / "test-snapshots"
+
+    def make(spec: str, **kwargs: object) -> Snapshot:
+        name = _key(spec) + ("" if not kwargs else "-" + _key(repr(sorted(kwargs.items()))))
+        dest = base / name
+        if (dest / "manifest.json").is_file():
+            return Snapshot.open(dest)
+        return take_snapshot(f"pip:{spec}", name=name, out=base, force=True, **kwargs)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def vllm_latest(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot(f"vllm=={VLLM_LATEST}")
+
+
+@pytest.fixture(scope="session")
+def sglang_latest(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot(f"sglang=={SGLANG_LATEST}")
+
+
+@pytest.fixture(scope="session")
+def docker_client():  # noqa: ANN201 - docker.DockerClient
+    """A client for the real Docker engine at $DOCKER_HOST (CI starts one)."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except Exception as err:  # pragma: no cover - depends on the machine
+        msg = f"no Docker engine at {os.environ.get('DOCKER_HOST', 'the default socket')}: {err}"
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide a Docker engine (.ci/run starts one); " + msg)
+        pytest.skip(msg)
+    return client
+
+
+@pytest.fixture(scope="session")
+def wheels_dir() -> Path:
+    from recon.sources.pip import wheels_dir
+
+    return wheels_dir()
