@@ -73,9 +73,9 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                 copies = find_copies(scan, packages)
                 if not copies:
                     raise _not_found(scan, package, image.ref)
-                if not package and len({c.package for c in copies}) > 1:
-                    found = sorted({c.package for c in copies})
-                    raise ReconError(f"{image.ref} holds {' and '.join(found)}: choose one with --package")
+                # Default search order: vllm, then sglang (an image with both gives vllm).
+                first = next(p for p in packages if any(c.package == p for c in copies))
+                copies = [c for c in copies if c.package == first]
                 interp = interpreter(scan, image.config, python)
                 chosen, others = choose(copies, interp)
                 dists = distributions(scan)

@@ -23,6 +23,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print recon's version and exit."),
+) -> None:
+    """Offline source reconnaissance for LLM inference engines (vLLM, SGLang)."""
+    if version:
+        from .. import __version__
+
+        typer.echo(f"recon {__version__}")
+        raise typer.Exit(0)
+
+
 # Verb modules, in the order their commands appear in --help.
 VERB_MODULES = ("snapshot", "index", "slice", "recipe", "probe", "diff", "logs", "demo")
 

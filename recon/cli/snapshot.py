@@ -1,0 +1,154 @@
+"""``recon snapshot SOURCE`` / ``recon snapshot ls`` / ``recon snapshot show NAME``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from ..layers import CaptureLimits
+from ..snapshot import Snapshot, list_snapshots
+from ..snapshotter import take_snapshot
+from ..sources.base import Layer
+from .output import console, emit_json, err_console, human_bytes
+
+HELP = """Get a package's exact source out of an image without starting it.
+
+SOURCE is one of: docker:REF, docker-archive:PATH, oci:DIR, oci-archive:PATH,
+wheel:PATH, pip:SPEC, dir:PATH.  `recon snapshot ls` lists snapshots and
+`recon snapshot show NAME` prints one manifest."""
+
+
+def _parse_size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().rstrip("ib").rstrip("b") if text[-1:].lower() in "ib" else text.lower()
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def summary(snap: Snapshot) -> dict[str, Any]:
+    """The short, JSON-able description used by ``ls`` and after a snapshot."""
+    m = snap.manifest
+    return {
+        "name": snap.name, "path": str(snap.root), "package": snap.package, "version": snap.version,
+        "source": m["source"]["ref"], "digest": m["source"].get("digest"),
+        "files": m["stats"]["files"], "bytes": m["stats"]["bytes"],
+        "python": (m.get("python") or {}).get("version"), "created": m.get("created"),
+        "parent": (m.get("parent") or {}).get("name") if m.get("parent") else None,
+    }
+
+
+def _show(snap: Snapshot, as_json: bool) -> None:
+    m = snap.manifest
+    if as_json:
+        emit_json(m)
+        return
+    t = Table(title=f"snapshot {snap.name}", show_header=False)
+    t.add_column("key", style="bold cyan")
+    t.add_column("value")
+    pkg = m["package"]
+    t.add_row("package", f"{pkg['name']} {pkg.get('version') or '?'} at {pkg.get('import_root')}")
+    if pkg.get("other_copies"):
+        t.add_row("other copies", "\n".join(pkg["other_copies"]))
+    t.add_row("source", m["source"]["ref"])
+    t.add_row("digest", str(m["source"].get("digest")))
+    if m["source"].get("platform"):
+        t.add_row("platform", m["source"]["platform"])
+    py = m.get("python") or {}
+    t.add_row("python", f"{py.get('version') or '?'} ({py.get('executable') or 'no interpreter found'})")
+    img = m.get("image")
+    if img:
+        t.add_row("entrypoint", str(img.get("entrypoint")))
+        t.add_row("cmd", str(img.get("cmd")))
+        t.add_row("workdir", img.get("working_dir") or "")
+        t.add_row("env", "\n".join(img.get("env") or []))
+        if img.get("labels"):
+            t.add_row("labels", "\n".join(f"{k}={v}" for k, v in img["labels"].items()))
+    t.add_row("files", f"{m['stats']['files']} ({human_bytes(m['stats']['bytes'])}); "
+              f"{m['selection']['skipped_files']} skipped (binaries or --include)")
+    t.add_row("distributions", str(len(m.get("distributions") or [])))
+    t.add_row("created", f"{m.get('created')} by recon {m['tool']['version']}")
+    console.print(t)
+    layers = m.get("layers") or []
+    if layers:
+        counts: dict[int, int] = {}
+        for rec in m["files"].values():
+            if rec.get("layer") is not None:
+                counts[rec["layer"]] = counts.get(rec["layer"], 0) + 1
+        lt = Table(title="layers (files of the package each one provides)")
+        for col in ("#", "digest", "size", "package files"):
+            lt.add_column(col, justify="right" if col != "digest" else "left")
+        for layer in layers:
+            lt.add_row(str(layer["index"]), layer["digest"][:27], human_bytes(layer.get("size", 0)),
+                       str(counts.get(layer["index"], 0)))
+        console.print(lt)
+
+
+def snapshot_cmd(
+    source: str = typer.Argument(..., help="SOURCE, or 'ls', or 'show'."),
+    name: str | None = typer.Argument(None, help="With 'show': the snapshot name or path."),
+    package: str | None = typer.Option(None, "--package", "-p", help="Top-level package (default: vllm, then sglang)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder that holds snapshots (default ./snapshots)."),
+    snap_name: str | None = typer.Option(None, "--name", "-n", help="Snapshot name (default PACKAGE-VERSION[-SCHEME-DIGEST])."),
+    include: list[str] = typer.Option([], "--include", help="Keep only package files matching GLOB (repeatable), e.g. 'vllm/**.py'."),
+    all_files: bool = typer.Option(False, "--all-files", help="Also keep compiled binaries (.so, .cubin...)."),
+    platform: str | None = typer.Option(None, "--platform", help="os/arch in a multi-platform index (default linux/amd64)."),
+    python: str | None = typer.Option(None, "--python", help="The image's interpreter to decide among several copies."),
+    max_file_size: str = typer.Option("512M", "--max-file-size", help="Refuse package files larger than this."),
+    max_total_size: str = typer.Option("16G", "--max-total-size", help="Refuse packages larger than this in total."),
+    max_layer_size: str = typer.Option("256G", "--max-layer-size", help="Refuse layers that decompress past this."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
+) -> None:
+    if source == "ls":
+        snaps = [summary(s) for s in list_snapshots(out)]
+        if as_json:
+            emit_json(snaps)
+            return
+        t = Table(title=f"snapshots in {out or 'snapshots/'}")
+        for col in ("name", "package", "version", "files", "size", "source"):
+            t.add_column(col)
+        for s in snaps:
+            t.add_row(s["name"], s["package"], str(s["version"]), str(s["files"]),
+                      human_bytes(s["bytes"]), s["source"])
+        console.print(t)
+        return
+    if source == "show":
+        if not name:
+            raise typer.BadParameter("recon snapshot show NAME")
+        from ..paths import snapshots_dir
+
+        ref = name if out is None or Path(name).exists() else str(Path(out) / name)
+        _show(Snapshot.open(ref if out else name if Path(name).exists() else str(snapshots_dir() / name)), as_json)
+        return
+    limits = CaptureLimits(_parse_size(max_file_size), _parse_size(max_total_size), _parse_size(max_layer_size))
+    show_progress = not (as_json or quiet) and err_console.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), console=err_console, transient=True,
+                        disable=not show_progress)
+    tasks: dict[int, Any] = {}
+
+    def on_layer(layer: Layer, event: str) -> None:
+        if layer.index not in tasks:
+            tasks[layer.index] = progress.add_task(f"layer {layer.index} {layer.digest[:19]}",
+                                                   total=layer.size or None)
+        progress.update(tasks[layer.index], completed=layer.bytes_read if event != "done" else layer.size or layer.bytes_read)
+
+    with progress:
+        snap = take_snapshot(source, name=snap_name, out=out, package=package, python=python,
+                             include=include, all_files=all_files, platform=platform, limits=limits,
+                             force=force, progress=on_layer)
+    if as_json:
+        emit_json(summary(snap))
+    elif not quiet:
+        _show(snap, False)
+        console.print(f"[green]snapshot written:[/] {snap.root}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("snapshot", help=HELP)(snapshot_cmd)

@@ -1,0 +1,169 @@
+"""Build real image layers and ``docker save``-format archives for tests and benchmarks.
+
+Layers are ordinary tar files written with :mod:`tarfile`; whiteouts, opaque
+markers, links, devices and hostile names are written exactly as a layer
+would carry them, so the Docker engine, skopeo and umoci can load the same
+bytes recon reads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+SITE = "usr/local/lib/python3.12/site-packages"
+
+
+class LayerBuilder:
+    """Write one layer tar (uncompressed) entry by entry."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.tar = tarfile.open(self.path, "w", format=tarfile.PAX_FORMAT)
+
+    def _info(self, name: str, kind: bytes, **kw: Any) -> tarfile.TarInfo:
+        ti = tarfile.TarInfo(name)
+        ti.type = kind
+        ti.mtime = 1_700_000_000
+        ti.mode = kw.pop("mode", 0o644 if kind == tarfile.REGTYPE else 0o755)
+        for k, v in kw.items():
+            setattr(ti, k, v)
+        return ti
+
+    def file(self, name: str, data: bytes, mode: int = 0o644) -> LayerBuilder:
+        ti = self._info(name, tarfile.REGTYPE, mode=mode, size=len(data))
+        self.tar.addfile(ti, io.BytesIO(data))
+        return self
+
+    def dir(self, name: str) -> LayerBuilder:
+        self.tar.addfile(self._info(name, tarfile.DIRTYPE))
+        return self
+
+    def symlink(self, name: str, target: str) -> LayerBuilder:
+        self.tar.addfile(self._info(name, tarfile.SYMTYPE, linkname=target, mode=0o777))
+        return self
+
+    def hardlink(self, name: str, target: str) -> LayerBuilder:
+        self.tar.addfile(self._info(name, tarfile.LNKTYPE, linkname=target))
+        return self
+
+    def fifo(self, name: str) -> LayerBuilder:
+        self.tar.addfile(self._info(name, tarfile.FIFOTYPE))
+        return self
+
+    def chardev(self, name: str) -> LayerBuilder:
+        self.tar.addfile(self._info(name, tarfile.CHRTYPE, devmajor=1, devminor=3))
+        return self
+
+    def whiteout(self, path: str) -> LayerBuilder:
+        parent, _, base = path.rpartition("/")
+        return self.file(f"{parent}/.wh.{base}" if parent else f".wh.{base}", b"")
+
+    def opaque(self, folder: str) -> LayerBuilder:
+        return self.file(f"{folder}/.wh..wh..opq", b"")
+
+    def from_wheel(self, wheel: Path, prefix: str = SITE,
+                   keep: Callable[[str], bool] = lambda n: n.endswith(".py")) -> LayerBuilder:
+        """Copy the members of a real wheel that ``keep`` accepts, plus its METADATA."""
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if info.is_dir():
+                    continue
+                if keep(name) or name.endswith(".dist-info/METADATA"):
+                    self.file(f"{prefix}/{name}", zf.read(info))
+        return self
+
+    def close(self) -> Path:
+        self.tar.close()
+        return self.path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_docker_archive(dest: Path, layers: Iterable[Path], *, tag: str = "recon-test/img:1",
+                         env: list[str] | None = None, entrypoint: list[str] | None = None,
+                         cmd: list[str] | None = None, labels: dict[str, str] | None = None,
+                         working_dir: str = "", compress: bool = False,
+                         raw_layers: dict[int, bytes] | None = None) -> Path:
+    """Write a legacy ``docker save`` archive (``manifest.json`` + ``<id>/layer.tar``).
+
+    ``compress`` gzips the layer files (``docker load`` accepts both);
+    ``raw_layers`` replaces a layer's bytes verbatim (for corrupt-layer tests).
+    """
+    layers = list(layers)
+    diff_ids, names = [], []
+    blobs: list[tuple[str, bytes | Path]] = []
+    for i, lp in enumerate(layers):
+        diff = sha256_file(lp)
+        diff_ids.append(f"sha256:{diff}")
+        name = f"{diff}/layer.tar"
+        names.append(name)
+        if raw_layers and i in raw_layers:
+            blobs.append((name, raw_layers[i]))
+        elif compress:
+            blobs.append((name, gzip.compress(lp.read_bytes(), compresslevel=1)))
+        else:
+            blobs.append((name, lp))
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": env or ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                   "Entrypoint": entrypoint, "Cmd": cmd, "Labels": labels or {},
+                   "WorkingDir": working_dir},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": [{"created_by": f"layer {i}"} for i in range(len(layers))],
+    }
+    cfg_bytes = json.dumps(config).encode()
+    cfg_name = hashlib.sha256(cfg_bytes).hexdigest() + ".json"
+    manifest = [{"Config": cfg_name, "RepoTags": [tag], "Layers": names}]
+    with tarfile.open(dest, "w") as out:
+        def add(name: str, data: bytes | Path) -> None:
+            if isinstance(data, Path):
+                out.add(str(data), arcname=name)
+            else:
+                ti = tarfile.TarInfo(name)
+                ti.size = len(data)
+                out.addfile(ti, io.BytesIO(data))
+        add(cfg_name, cfg_bytes)
+        for name, data in blobs:
+            add(name, data)
+        add("manifest.json", json.dumps(manifest).encode())
+    return Path(dest)
+
+
+def tree_fingerprint(root: Path) -> dict[str, tuple[str, str]]:
+    """{relpath: ("file", sha256) | ("symlink", target)} of a folder, links not followed."""
+    out: dict[str, tuple[str, str]] = {}
+    root = Path(root)
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            import os
+
+            out[rel] = ("symlink", os.readlink(p))
+        elif p.is_file():
+            out[rel] = ("file", sha256_file(p))
+    return out
+
+
+def snapshot_fingerprint(snap: Any) -> dict[str, tuple[str, str]]:
+    """The same fingerprint, from a snapshot's manifest (package-relative names)."""
+    pkg = snap.package
+    out = {}
+    for rel, rec in snap.files.items():
+        key = rel[len(pkg) + 1:]
+        out[key] = ("symlink", rec.target) if rec.kind == "symlink" else ("file", rec.sha256)
+    return out

@@ -1,0 +1,276 @@
+"""Snapshots of real multi-layer images, checked against the Docker engine, skopeo and umoci.
+
+The image holds real vLLM and SGLang source from PyPI wheels in separate
+layers, plus a crafted layer with the cases public tools have got wrong:
+a hot-fixed file, a whiteout, an opaque directory, a file replacing a
+directory, absolute and relative symlinks, and a hardlink whose target an
+upper layer deletes. Every source scheme must give the same files as an
+independent ``umoci unpack`` of the same image, and the crafted cases must
+come out as worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from recon.errors import ReconError
+from recon.snapshotter import take_snapshot
+from recon.sources.pip import fetch_wheel
+from tests.imagekit import (
+    SITE,
+    LayerBuilder,
+    snapshot_fingerprint,
+    tree_fingerprint,
+    write_docker_archive,
+)
+
+TAG = "recon-test/vllm-hybrid:1"
+V = f"{SITE}/vllm"
+HOTFIX = b"\n# hot-fix applied in layer 3\n"
+HL_CONTENT = b"HARDLINK_TARGET = 'content kept through the link'\n"
+
+
+def _need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        import os
+
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} is required in CI (.ci/run installs it)")
+        pytest.skip(f"{tool} not installed")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Build the layers and a docker-save archive by hand; return paths and expectations."""
+    d = tmp_path_factory.mktemp("image")
+    vllm_whl = fetch_wheel("vllm==0.33.0")
+    sgl_whl = fetch_wheel("sglang==0.5.23")
+    with zipfile.ZipFile(vllm_whl) as zf:
+        compilation = zf.read("vllm/config/compilation.py")
+        benchmarks = sorted(n for n in zf.namelist() if n.startswith("vllm/benchmarks/") and n.endswith(".py"))
+    base = (LayerBuilder(d / "l0.tar")
+            .dir("usr").dir("usr/local").dir("usr/local/bin")
+            .file("usr/local/bin/python3.12", b"#!not really python\n", mode=0o755)
+            .symlink("usr/local/bin/python3", "python3.12")
+            .dir("usr/local/lib").dir("usr/local/lib/python3.12").dir(SITE)
+            .whiteout(f"{SITE}/ghost")  # a whiteout in the base layer must not be carried
+            .close())
+    l1 = LayerBuilder(d / "l1.tar").from_wheel(vllm_whl).close()
+    l2 = LayerBuilder(d / "l2.tar").from_wheel(sgl_whl).close()
+    l3 = (LayerBuilder(d / "l3.tar")
+          .file(f"{V}/config/compilation.py", compilation + HOTFIX)
+          .whiteout(f"{V}/collect_env.py")
+          .opaque(f"{V}/benchmarks")
+          .file(f"{V}/benchmarks/only.py", b"ONLY = True\n")
+          .file(f"{V}/assets", b"a file where a directory was\n")
+          .symlink(f"{V}/abs_link.py", f"/{V}/envs.py")
+          .symlink(f"{V}/rel_link.py", "envs.py")
+          .file(f"{V}/hl_target.py", HL_CONTENT)
+          .hardlink(f"{V}/hl_link.py", f"{V}/hl_target.py")
+          .close())
+    l4 = LayerBuilder(d / "l4.tar").whiteout(f"{V}/hl_target.py").close()
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "VLLM_USE_V1=1",
+           "HF_HOME=/data/hf"]
+    archive = write_docker_archive(
+        d / "built.tar", [base, l1, l2, l3, l4], tag=TAG, env=env,
+        entrypoint=["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        labels={"org.opencontainers.image.version": "0.33.0"}, working_dir="/workspace")
+    return {"dir": d, "archive": archive, "compilation": compilation, "benchmarks": benchmarks,
+            "env": env}
+
+
+@pytest.fixture(scope="module")
+def loaded(built: dict[str, object], docker_client) -> str:  # noqa: ANN001
+    """Load the archive into the real Docker engine; remove the image afterwards."""
+    with open(built["archive"], "rb") as fh:  # type: ignore[arg-type]
+        docker_client.images.load(fh.read())
+    yield TAG
+    docker_client.images.remove(TAG, force=True)
+
+
+@pytest.fixture(scope="module")
+def saved(loaded: str, built: dict[str, object], docker_client) -> Path:  # noqa: ANN001
+    """``docker save`` of the loaded image: the engine's own archive of it."""
+    out = Path(built["dir"]) / "saved.tar"  # type: ignore[arg-type]
+    with open(out, "wb") as fh:
+        for chunk in docker_client.images.get(loaded).save(named=True):
+            fh.write(chunk)
+    return out
+
+
+@pytest.fixture(scope="module")
+def oci_layouts(saved: Path) -> dict[str, Path]:
+    """skopeo's OCI conversions of the engine's archive: plain, gzip, zstd, and a tar."""
+    _need("skopeo")
+    out: dict[str, Path] = {}
+    for label, extra in (("plain", []), ("gzip", ["--dest-compress", "--dest-compress-format", "gzip"]),
+                         ("zstd", ["--dest-compress", "--dest-compress-format", "zstd"])):
+        dest = saved.parent / f"oci-{label}"
+        subprocess.run(["skopeo", "copy", "-q", *extra, f"docker-archive:{saved}", f"oci:{dest}:latest"],
+                       check=True)
+        out[label] = dest
+    tar = saved.parent / "oci.tar"
+    subprocess.run(["skopeo", "copy", "-q", f"docker-archive:{saved}", f"oci-archive:{tar}:latest"],
+                   check=True)
+    out["archive"] = tar
+    return out
+
+
+@pytest.fixture(scope="module")
+def umoci_tree(oci_layouts: dict[str, Path]) -> dict[str, tuple[str, str]]:
+    """The vllm folder as umoci unpacks it: the independent opinion."""
+    _need("umoci")
+    bundle = oci_layouts["gzip"].parent / "bundle"
+    subprocess.run(["umoci", "unpack", "--image", f"{oci_layouts['gzip']}:latest", str(bundle)],
+                   check=True, capture_output=True)
+    return tree_fingerprint(bundle / "rootfs" / V)
+
+
+def test_hand_built_archive_has_the_crafted_cases(built: dict[str, object], tmp_path: Path) -> None:
+    snap = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path)
+    files = snap.files
+    # hot-fix in layer 3 wins, and the manifest says layer 3 provided it
+    rec = files["vllm/config/compilation.py"]
+    assert rec.sha256 == hashlib.sha256(built["compilation"] + HOTFIX).hexdigest()  # type: ignore[operator]
+    assert rec.layer == 3
+    assert snap.layer_of("vllm/config/compilation.py")["diff_id"].startswith("sha256:")
+    # an untouched file comes from layer 1
+    assert files["vllm/envs.py"].layer == 1
+    # whiteout removed the file
+    assert "vllm/collect_env.py" not in files
+    # opaque dir: only the new file survives from the whole benchmarks folder
+    assert [p for p in files if p.startswith("vllm/benchmarks/")] == ["vllm/benchmarks/only.py"]
+    assert len(built["benchmarks"]) > 3  # type: ignore[arg-type]
+    # a file replaced the assets directory: its subtree is gone
+    assert files["vllm/assets"].kind == "file"
+    assert not [p for p in files if p.startswith("vllm/assets/")]
+    # links kept as links, absolute target untouched
+    assert files["vllm/abs_link.py"].kind == "symlink"
+    assert files["vllm/abs_link.py"].target == f"/{V}/envs.py"
+    assert (snap.src / "vllm/rel_link.py").is_symlink()
+    # hardlink keeps its content although layer 4 deleted the target
+    assert "vllm/hl_target.py" not in files
+    assert (snap.src / "vllm/hl_link.py").read_bytes() == HL_CONTENT
+    # base-layer whiteout not carried, no marker leaked anywhere
+    assert not [p for p in files if ".wh." in p]
+    # image metadata, python and distributions
+    m = snap.manifest
+    assert m["image"]["env"] == built["env"]
+    assert m["image"]["working_dir"] == "/workspace"
+    assert m["python"]["version"] == "3.12"
+    assert m["python"]["executable"] == "/usr/local/bin/python3"
+    assert m["package"]["import_root"] == f"/{V}"
+    dists = {d["name"]: d["version"] for d in m["distributions"]}
+    assert dists == {"vllm": "0.33.0", "sglang": "0.5.23"}
+    assert snap.version == "0.33.0"
+    assert len(m["layers"]) == 5
+
+
+def test_sglang_from_the_same_image(built: dict[str, object], tmp_path: Path) -> None:
+    # with both engines in the image, the default is vllm; --package picks sglang
+    assert take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "d",
+                         include=["vllm/envs.py"]).package == "vllm"
+    snap = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path, package="sglang")
+    assert snap.version == "0.5.23"
+    assert all(r.layer == 2 for r in snap.files.values())
+    with zipfile.ZipFile(fetch_wheel("sglang==0.5.23")) as zf:
+        want = {n for n in zf.namelist() if n.startswith("sglang/") and n.endswith(".py")}
+    assert set(snap.files) == want
+
+
+@pytest.mark.docker
+def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, saved: Path,
+                                      oci_layouts: dict[str, Path],
+                                      umoci_tree: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    refs = {
+        "built": f"docker-archive:{built['archive']}",
+        "engine": f"docker:{loaded}",
+        "saved": f"docker-archive:{saved}",
+        "oci-plain": f"oci:{oci_layouts['plain']}",
+        "oci-gzip": f"oci:{oci_layouts['gzip']}",
+        "oci-zstd": f"oci:{oci_layouts['zstd']}",
+        "oci-archive": f"oci-archive:{oci_layouts['archive']}",
+    }
+    assert len(umoci_tree) > 3000
+    for label, ref in refs.items():
+        snap = take_snapshot(ref, out=tmp_path / label, package="vllm")
+        got = snapshot_fingerprint(snap)
+        missing = sorted(set(umoci_tree) - set(got))[:5]
+        extra = sorted(set(got) - set(umoci_tree))[:5]
+        assert not missing and not extra, (label, missing, extra)
+        diff = [k for k in umoci_tree if umoci_tree[k] != got[k]][:5]
+        assert not diff, (label, diff)
+        assert snap.version == "0.33.0", label
+        assert snap.manifest["image"]["env"] == built["env"], label
+
+
+@pytest.mark.docker
+def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_path: Path) -> None:  # noqa: ANN001
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", include=["vllm/envs.py"])
+    assert list(snap.files) == ["vllm/envs.py"]
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    with pytest.raises(ReconError, match="package 'nope' not found"):
+        take_snapshot(f"docker:{loaded}", out=tmp_path, package="nope")
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.docker
+def test_missing_image_is_one_clear_error(docker_client, tmp_path: Path) -> None:  # noqa: ANN001
+    with pytest.raises(ReconError, match="not found in the Docker engine"):
+        take_snapshot("docker:recon-test/does-not-exist:0", out=tmp_path)
+
+
+@pytest.mark.docker
+def test_newer_engine_oci_form_of_docker_save(oci_layouts: dict[str, Path], tmp_path: Path,
+                                              umoci_tree: dict[str, tuple[str, str]]) -> None:
+    """Engines from 25 on write ``docker save`` as an OCI layout plus a manifest.json."""
+    import tarfile
+
+    layout = oci_layouts["gzip"]
+    index = json.loads((layout / "index.json").read_text())
+    man_digest = index["manifests"][0]["digest"].split(":")[1]
+    man = json.loads((layout / "blobs/sha256" / man_digest).read_text())
+    legacy = [{"Config": "blobs/sha256/" + man["config"]["digest"].split(":")[1],
+               "RepoTags": [TAG],
+               "Layers": ["blobs/sha256/" + ld["digest"].split(":")[1] for ld in man["layers"]]}]
+    tar_path = tmp_path / "new-engine.tar"
+    with tarfile.open(tar_path, "w") as tf:
+        for p in sorted(layout.rglob("*")):
+            if p.is_file():
+                tf.add(str(p), arcname=p.relative_to(layout).as_posix())
+        data = json.dumps(legacy).encode()
+        ti = tarfile.TarInfo("manifest.json")
+        ti.size = len(data)
+        import io
+
+        tf.addfile(ti, io.BytesIO(data))
+    snap = take_snapshot(f"docker-archive:{tar_path}", out=tmp_path / "s", package="vllm")
+    assert snapshot_fingerprint(snap) == umoci_tree
+    assert snap.manifest["layers"][1]["digest"] == man["layers"][1]["digest"]
+
+
+@pytest.mark.docker
+def test_platform_choice_in_an_index(oci_layouts: dict[str, Path], tmp_path: Path) -> None:
+    layout = tmp_path / "multi"
+    shutil.copytree(oci_layouts["gzip"], layout)
+    index = json.loads((layout / "index.json").read_text())
+    amd = dict(index["manifests"][0], platform={"os": "linux", "architecture": "amd64"})
+    arm = dict(index["manifests"][0], platform={"os": "linux", "architecture": "arm64", "variant": "v8"})
+    index["manifests"] = [arm, amd]
+    (layout / "index.json").write_text(json.dumps(index))
+    snap = take_snapshot(f"oci:{layout}", out=tmp_path / "a", package="vllm", include=["vllm/envs.py"])
+    assert snap.manifest["source"]["platform"] == "linux/amd64"
+    snap = take_snapshot(f"oci:{layout}", out=tmp_path / "b", package="vllm", include=["vllm/envs.py"],
+                         platform="linux/arm64")
+    assert snap.manifest["source"]["platform"] == "linux/arm64/v8"
+    with pytest.raises(ReconError, match=r"platform linux/s390x is not in this image.*linux/amd64, linux/arm64/v8"):
+        take_snapshot(f"oci:{layout}", out=tmp_path / "c", package="vllm", platform="linux/s390x")
