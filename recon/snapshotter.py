@@ -20,7 +20,14 @@ from typing import Any
 from . import __version__
 from .errors import ReconError
 from .layers import DEFAULT_PACKAGES, CaptureLimits, ProgressFn, Squasher
-from .locate import choose, distributions, extra_roots_from, find_copies, interpreter, package_version
+from .locate import (
+    choose,
+    distributions,
+    extra_roots_from,
+    find_copies,
+    interpreter,
+    package_version,
+)
 from .paths import snapshots_dir
 from .snapshot import FORMAT_VERSION, MANIFEST, Snapshot
 from .sources import open_source
@@ -92,7 +99,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                     if cap.target is not None:
                         rec["target"] = cap.target
                     files[rel] = rec
-                    if rel.endswith(("/version.py", "/_version.py")):
+                    if rel.endswith(("/version.py", "/_version.py")) or rel == f"{chosen.package}/__init__.py":
                         fh = writer.open_read(path)
                         version_src[rel] = fh.read(1 << 16) if fh else None
                         if fh:

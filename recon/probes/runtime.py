@@ -57,7 +57,7 @@ class _Target:
 
     __slots__ = ("qualname", "module", "attr", "log", "self_attrs", "entry_exprs", "exit_exprs",
                  "copies", "counter", "logged", "status", "original", "wrapper", "bound",
-                 "params", "varargs", "varkw", "defaults", "errors")
+                 "params", "npos", "varargs", "varkw", "defaults", "errors")
 
     def __init__(self, raw):
         self.qualname = raw["qualname"]
@@ -75,7 +75,7 @@ class _Target:
         self.status = "pending"
         self.original = self.wrapper = None
         self.bound = False
-        self.params, self.varargs, self.varkw, self.defaults = [], None, None, {}
+        self.params, self.npos, self.varargs, self.varkw, self.defaults = [], 0, None, None, {}
 
 
 class _State:
@@ -260,22 +260,25 @@ def _capturing():
 # -- the wrapper ---------------------------------------------------------------
 def _bind(t, args, kwargs):
     """Map call arguments to parameter names (no ``inspect``: it is slow to import)."""
-    ns = dict(t.defaults)
-    names = t.params
-    for i, value in enumerate(args[:len(names)] if names else ()):
-        ns[names[i]] = value
-    rest = args[len(names):]
+    ns = {}
+    for i, name in enumerate(t.params):
+        if i < t.npos and i < len(args):
+            ns[name] = args[i]
+        elif name in kwargs:
+            ns[name] = kwargs[name]
+        elif name in t.defaults:
+            ns[name] = t.defaults[name]
+    rest = args[t.npos:]
     if t.varargs:
         ns[t.varargs] = tuple(rest)
     else:
-        for i, value in enumerate(rest, len(names)):
+        for i, value in enumerate(rest, t.npos):
             ns["arg%d" % i] = value
+    extra = {k: v for k, v in kwargs.items() if k not in ns}
     if t.varkw:
-        known = set(names)
-        ns.update((k, v) for k, v in kwargs.items() if k in known)
-        ns[t.varkw] = {k: v for k, v in kwargs.items() if k not in known}
+        ns[t.varkw] = extra
     else:
-        ns.update(kwargs)
+        ns.update(extra)
     return ns
 
 
@@ -414,7 +417,7 @@ def _learn_signature(t, fn):
     if code is None:
         return
     npos, nkw = code.co_argcount, code.co_kwonlyargcount
-    t.params = list(code.co_varnames[:npos + nkw])
+    t.params, t.npos = list(code.co_varnames[:npos + nkw]), npos
     i = npos + nkw
     if code.co_flags & _CO_VARARGS:
         t.varargs, i = code.co_varnames[i], i + 1

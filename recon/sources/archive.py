@@ -107,7 +107,7 @@ class BlobLayer(Layer):
             import io
 
             yield from tar_entries(io.BufferedReader(counted, 1 << 20),
-                                   where=f"layer {self.digest[:19]}",
+                                   where=f"layer {self.index} ({self.digest[:19]})",
                                    max_layer_size=self.max_layer_size)
 
 

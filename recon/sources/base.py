@@ -214,7 +214,7 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
     try:
         tf = tarfile.open(fileobj=plain, mode="r|")
     except (tarfile.TarError, OSError, EOFError) as err:
-        raise ReconError(f"not a readable tar layer ({err})", where=where) from err
+        raise ReconError(f"not a tar layer, or truncated or corrupt ({err})", where=where) from err
     with contextlib.closing(tf):
         try:
             for member in tf:
@@ -226,7 +226,7 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
                              where=where) from err
         except Exception as err:  # zlib.error, zstd errors
             if type(err).__name__ in ("error", "ZstdError", "BadGzipFile"):
-                raise ReconError(f"corrupt compressed data ({err})", where=where) from err
+                raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
             raise
 
 

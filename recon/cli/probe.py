@@ -1,0 +1,146 @@
+"""``recon probe new / check / read``: thin commands over :mod:`recon.probes`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from ..errors import ReconError
+from .output import console, emit_json
+
+probe_app = typer.Typer(
+    help="Probe bundles: a sitecustomize folder that logs chosen functions in every process "
+         "of a running engine, and the tools to check it and read its logs.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(probe_app, name="probe")
+
+
+@probe_app.command("new")
+def new(
+    out: Path = typer.Option(..., "-o", "--out", help="Bundle folder to write (probes/NAME)."),
+    target: list[str] = typer.Option(..., "--target", "-t",
+                                     help="QUALNAME 'package.module:Class.method' (repeatable)."),
+    log: str = typer.Option("shapes,return", "--log",
+                            help="What each call record holds: args (values), shapes "
+                                 "(metadata only), return."),
+    self_attr: list[str] = typer.Option([], "--self-attr",
+                                        help="Attribute path of self to log, e.g. "
+                                             "cache_config.block_size; QUALNAME::PATH for one target."),
+    expr: list[str] = typer.Option([], "--expr",
+                                   help="NAME=EXPR over the parameters, e.g. n=len(x) (uses "
+                                        "'result': at exit); QUALNAME::NAME=EXPR for one target."),
+    env: list[str] = typer.Option([], "--env", help="Environment variable to record per process."),
+    first: int = typer.Option(10, "--first", help="Log the first N calls per process and target."),
+    every: int = typer.Option(0, "--every", help="Then every Nth call (0: none)."),
+    max_bytes: int = typer.Option(64 << 20, "--max-bytes", help="Size cap of each process's log."),
+    log_dir: str = typer.Option("/tmp/recon-probe-logs", "--log-dir",
+                                help="Writable log folder inside the container."),
+    only_argv: str | None = typer.Option(None, "--only-argv",
+                                         help="Probe only processes whose command line matches."),
+    skip_argv: str | None = typer.Option(None, "--skip-argv",
+                                         help="Skip processes whose command line matches."),
+    snapshot: str | None = typer.Option(None, "--snapshot",
+                                        help="Validate targets against this snapshot and patch "
+                                             "their 'from module import name' copies."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing bundle folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Write a probe bundle: mount it read-only and put it on PYTHONPATH."""
+    from ..probes import build_spec, new_bundle
+
+    spec = build_spec(list(target), log=[x.strip() for x in log.split(",") if x.strip()],
+                      self_attrs=list(self_attr), exprs=list(expr), env=list(env), first=first,
+                      every=every, max_bytes=max_bytes, log_dir=log_dir, only_argv=only_argv,
+                      skip_argv=skip_argv)
+    bundle = new_bundle(out, spec, snapshot=snapshot, force=force)
+    if as_json:
+        emit_json({"bundle": str(bundle.path), "spec": spec.to_json(),
+                   "checks": [c.to_json() for c in bundle.checks]})
+        return
+    table = Table("target", "kind", "signature", "copies patched", title=f"bundle {bundle.path}")
+    for t in spec.targets:
+        table.add_row(t.qualname, t.kind or "(not checked)", t.signature or "",
+                      ", ".join(t.copies))
+    console.print(table)
+    console.print(f"Mount it: -v {bundle.path}:/opt/recon-probe:ro -e PYTHONPATH=/opt/recon-probe "
+                  f"(see {bundle.path / 'README.md'})")
+
+
+@probe_app.command("check")
+def check(
+    bundle: Path = typer.Argument(..., help="Bundle folder."),
+    python: str | None = typer.Option(None, "--python",
+                                      help="Interpreter to run (default: this one)."),
+    import_targets: bool = typer.Option(False, "--import",
+                                        help="Also import the targets' modules (they must be "
+                                             "installed for that interpreter)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Run the bundle in a fresh interpreter, the way the container will; report what loaded."""
+    from ..probes import check_bundle
+
+    result = check_bundle(bundle, python=python, import_targets=import_targets)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        status = "[green]loaded[/]" if result.ok else "[red]NOT OK[/]"
+        console.print(f"{status}: {result.python} (Python {result.python_version or '?'}), "
+                      f"exit {result.returncode}, {result.elapsed_ms:.0f} ms")
+        console.print(f"chained sitecustomize: {result.chained_sitecustomize or 'none'}")
+        if result.log_error:
+            console.print(f"[red]log directory not writable[/]: {result.log_error}")
+        table = Table("target", "status")
+        for q, status_text in result.targets.items():
+            table.add_row(q, status_text)
+        console.print(table)
+        if result.stderr.strip():
+            console.print("[yellow]stderr:[/]\n" + result.stderr.strip(), markup=False)
+    if not result.ok:
+        raise ReconError("the bundle did not load cleanly (see above)")
+
+
+@probe_app.command("read")
+def read(
+    logdir: Path = typer.Argument(..., help="Folder holding the probe logs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
+) -> None:
+    """Summarise probe logs per process (VERIFY) and per target (calls, shapes, values)."""
+    from ..probes import read_logs
+    from ..probes.logread import compact, short_argv
+
+    summary = read_logs(logdir)
+    if as_json:
+        emit_json(summary.to_json())
+        return
+    if markdown:
+        typer.echo(summary.to_markdown(), nl=False)
+        return
+    procs = Table("pid", "parent", "argv", "python", "patched", "calls", "errors", "exit",
+                  title=f"{len(summary.processes)} processes")
+    for p in summary.processes:
+        patched = sum(s == "patched" for s in p.targets.values())
+        procs.add_row(str(p.pid), str(p.forked_from or p.ppid or ""), short_argv(p.argv),
+                      p.python or "?", f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
+                      str(p.errors), "yes" if p.exited else "no")
+    console.print(procs)
+    targets = Table("target", "procs", "calls", "logged", "shapes", "first", "last", "errors",
+                    title="targets")
+    for t in summary.targets:
+        shapes = "\n".join(f"{k} x{n}" for k, n in list(t.shapes.items())[:4])
+        targets.add_row(t.qualname, str(t.patched_in), _calls(t), str(t.logged), shapes,
+                        compact(t.first), compact(t.last), str(t.errors))
+    console.print(targets)
+    if summary.bad_lines:
+        console.print(f"[yellow]{summary.bad_lines} unreadable lines[/]")
+
+
+def _calls(t: Any) -> str:
+    return str(t.calls) if t.calls_exact else f">={t.calls}"

@@ -1,0 +1,223 @@
+"""Read what a probe bundle logged: per process and per target.
+
+Input is a folder of per-process ``probe-*.jsonl`` files, plus any other text
+file in it (e.g. saved ``docker logs`` output) whose lines carry the runtime's
+stderr fallback records (``recon-probe {...}``). Unreadable lines are counted,
+never fatal: a worker killed mid-write leaves half a line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReconError
+from .runtime import STDERR_PREFIX
+
+
+@dataclass
+class ProcessLog:
+    """One process: its VERIFY record and what it logged."""
+
+    pid: int
+    file: str
+    ppid: int | None = None
+    forked_from: int | None = None
+    argv: list[str] = field(default_factory=list)
+    python: str | None = None
+    env: dict[str, str | None] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)  # qualname -> status
+    verified: bool = False
+    log_error: str | None = None
+    chained_sitecustomize: str | None = None
+    calls: dict[str, int] = field(default_factory=dict)  # from EXIT, else seen so far
+    logged: dict[str, int] = field(default_factory=dict)
+    exited: bool = False
+    never_fired: list[str] = field(default_factory=list)
+    errors: int = 0
+    capped: bool = False
+    disabled: str | None = None
+
+
+@dataclass
+class TargetLog:
+    """One target over all processes."""
+
+    qualname: str
+    patched_in: int = 0  # processes where the target was patched
+    calls: int = 0  # exact when every process wrote EXIT, else a lower bound
+    calls_exact: bool = True
+    logged: int = 0
+    meta_only: int = 0  # records taken during CUDA graph capture
+    raised: int = 0
+    errors: int = 0
+    shapes: dict[str, int] = field(default_factory=dict)  # distinct shape signature -> calls
+    first: dict[str, Any] | None = None
+    last: dict[str, Any] | None = None
+
+
+@dataclass
+class LogSummary:
+    """``recon probe read``'s answer; plain data for notebooks, tables for people."""
+
+    logdir: str
+    files: list[str]
+    processes: list[ProcessLog]
+    targets: list[TargetLog]
+    bad_lines: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_markdown(self) -> str:
+        lines = [f"# Probe logs: `{self.logdir}`", "",
+                 f"{len(self.processes)} processes, {len(self.files)} files, "
+                 f"{self.bad_lines} unreadable lines.", "", "## Processes", "",
+                 "| pid | parent | argv | python | patched | calls | errors | exit |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for p in self.processes:
+            patched = sum(s == "patched" for s in p.targets.values())
+            lines.append(f"| {p.pid} | {p.forked_from or p.ppid or ''} | `{short_argv(p.argv)}` | "
+                         f"{p.python or '?'} | {patched}/{len(p.targets)} | "
+                         f"{sum(p.calls.values())} | {p.errors} | {'yes' if p.exited else 'no'} |")
+        lines += ["", "## Targets", "",
+                  "| target | processes | calls | logged | shapes | first | last | errors |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for t in self.targets:
+            calls = f"{t.calls}" if t.calls_exact else f">={t.calls}"
+            shapes = "; ".join(f"{k} x{n}" for k, n in list(t.shapes.items())[:5])
+            lines.append(f"| `{t.qualname}` | {t.patched_in} | {calls} | {t.logged} | {shapes} | "
+                         f"`{compact(t.first)}` | `{compact(t.last)}` | {t.errors} |")
+        return "\n".join(lines) + "\n"
+
+
+def short_argv(argv: list[str], limit: int = 60) -> str:
+    text = " ".join(argv)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compact(rec: dict[str, Any] | None, limit: int = 120) -> str:
+    """The interesting part of a call record on one line."""
+    if not rec:
+        return ""
+    parts = {k: rec[k] for k in ("args", "self", "expr", "return", "raised") if k in rec}
+    text = json.dumps(parts, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shape_signature(rec: dict[str, Any]) -> str:
+    """Tensor shapes and sequence lengths of a call, values left out (they vary every call)."""
+    parts = []
+    named = [(k, v) for key in ("args", "self") for k, v in (rec.get(key) or {}).items()]
+    if "return" in rec:
+        named.append(("return", rec["return"]))
+    for name, value in named:
+        sig = _shape_of(value)
+        if sig:
+            parts.append(f"{name}={sig}")
+    return ", ".join(parts) or "-"
+
+
+def _shape_of(v: Any) -> str | None:
+    if not isinstance(v, dict):
+        return None
+    if "shape" in v:
+        return f"{v.get('dtype', '')}{list(v['shape']) if isinstance(v['shape'], list) else v['shape']}"
+    if "len" in v:
+        return f"{v.get('type', 'seq')}[{v['len']}]"
+    return None
+
+
+def iter_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Records of one file and the count of lines that looked like records but did not parse."""
+    records, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            at = line.find(STDERR_PREFIX + "{")
+            text = line[at + len(STDERR_PREFIX):] if at >= 0 else line
+            if not text.startswith("{"):
+                continue
+            try:
+                rec = json.loads(text)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(rec, dict) and "kind" in rec:
+                records.append(rec)
+    return records, bad
+
+
+def read_logs(logdir: str | Path) -> LogSummary:
+    """Summarise every probe record under ``logdir``."""
+    root = Path(logdir)
+    if not root.is_dir():
+        raise ReconError(f"{root} is not a folder of probe logs")
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    procs: dict[tuple[str, int], ProcessLog] = {}
+    targets: dict[str, TargetLog] = {}
+    summary = LogSummary(logdir=str(root), files=[], processes=[], targets=[])
+    for path in files:
+        records, bad = iter_records(path)
+        summary.bad_lines += bad
+        if not records:
+            continue
+        summary.files.append(str(path.relative_to(root)))
+        for rec in records:
+            _take(rec, path, procs, targets, summary)
+    summary.processes = sorted(procs.values(), key=lambda p: (p.file, p.pid))
+    for proc in summary.processes:
+        for qualname, status in proc.targets.items():
+            tl = targets.setdefault(qualname, TargetLog(qualname))
+            tl.patched_in += status == "patched"
+        for qualname, n in proc.calls.items():
+            tl = targets.setdefault(qualname, TargetLog(qualname))
+            tl.calls += n
+            tl.calls_exact = tl.calls_exact and proc.exited
+    summary.targets = sorted(targets.values(), key=lambda t: t.qualname)
+    return summary
+
+
+def _take(rec: dict[str, Any], path: Path, procs: dict[tuple[str, int], ProcessLog],
+          targets: dict[str, TargetLog], summary: LogSummary) -> None:
+    pid = int(rec.get("pid") or 0)
+    proc = procs.setdefault((str(path), pid), ProcessLog(pid=pid, file=path.name))
+    kind = rec["kind"]
+    if kind == "VERIFY":
+        proc.verified = True
+        for key in ("ppid", "forked_from", "python", "log_error", "chained_sitecustomize"):
+            setattr(proc, key, rec.get(key))
+        proc.argv = list(rec.get("argv") or [])
+        proc.env = dict(rec.get("env") or {})
+        proc.targets.update(rec.get("targets") or {})
+    elif kind == "patched":
+        proc.targets[rec["target"]] = rec.get("status", "patched")
+    elif kind == "call":
+        q = rec.get("target", "?")
+        tl = targets.setdefault(q, TargetLog(q))
+        tl.logged += 1
+        tl.meta_only += rec.get("mode") == "meta"
+        tl.raised += "raised" in rec
+        sig = shape_signature(rec)
+        tl.shapes[sig] = tl.shapes.get(sig, 0) + 1
+        tl.first = tl.first or rec
+        tl.last = rec
+        proc.logged[q] = proc.logged.get(q, 0) + 1
+        if not proc.exited:
+            proc.calls[q] = max(proc.calls.get(q, 0), int(rec.get("n", 0)) + 1)
+    elif kind == "error":
+        proc.errors += 1
+        q = rec.get("target")
+        if q:
+            targets.setdefault(q, TargetLog(q)).errors += 1
+        summary.errors.append(rec)
+    elif kind == "cap":
+        proc.capped = True
+    elif kind == "disabled":
+        proc.disabled = rec.get("reason")
+    elif kind == "EXIT":
+        proc.exited = True
+        proc.calls = {q: int(n or 0) for q, n in (rec.get("calls") or {}).items()}
+        proc.never_fired = list(rec.get("never_fired") or [])

@@ -1,0 +1,98 @@
+"""The README written into each bundle: copy-paste lines for the three usual launchers.
+
+The investigator is often not the person who owns the deployment, so the
+README says exactly what to add (one read-only volume, one environment
+variable, one writable log directory) and how to turn the probes off again.
+"""
+
+from __future__ import annotations
+
+from .spec import ProbeSpec
+
+MOUNT = "/opt/recon-probe"
+
+
+def render_readme(name: str, spec: ProbeSpec) -> str:
+    """Markdown text for ``README.md``; ``name`` is the bundle folder's name."""
+    logs = spec.log_dir
+    targets = "\n".join(
+        f"- `{t.qualname}`" + (f" ({t.kind}{t.signature or ''})" if t.kind else "")
+        + f": logs {', '.join(t.log) or 'calls only'}"
+        + (f"; self.{', self.'.join(t.self_attrs)}" if t.self_attrs else "")
+        + (f"; {', '.join(f'{k} = {v}' for k, v in t.exprs.items())}" if t.exprs else "")
+        + (f"; copies patched in {', '.join(t.copies)}" if t.copies else "")
+        for t in spec.targets)
+    checked = (f"Targets checked against snapshot `{spec.snapshot['name']}` "
+               f"({spec.snapshot['package']} {spec.snapshot['version']}).\n"
+               if spec.snapshot else "Targets were not checked against a snapshot.\n")
+    sampling = f"first {spec.first} calls" + (f", then every {spec.every}th" if spec.every else "")
+    return f"""# recon probe bundle `{name}`
+
+Mount this folder read-only into the engine's container and put it on
+`PYTHONPATH`: Python then imports its `sitecustomize.py` in every process
+(API server, spawned and forked workers), which runs the image's own
+`sitecustomize` first and then patches the targets below. Nothing else changes:
+same image, same command line.
+
+{checked}
+{targets}
+
+Per process and target: {sampling}; each process writes its own
+`probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in `{logs}`,
+starting with a `VERIFY` record (pid, argv, Python, environment variables
+{', '.join(spec.env) or '(none requested)'}, target status). A process with no
+file never loaded the bundle. If the log directory is not writable, records
+go to stderr prefixed with `recon-probe `.
+
+## docker run
+```
+docker run ... \\
+  -v "$PWD/{name}":{MOUNT}:ro \\
+  -v "$PWD/probe-logs":{logs} \\
+  -e PYTHONPATH={MOUNT} \\
+  IMAGE COMMAND...
+```
+If the image already sets `PYTHONPATH`, keep its value after `{MOUNT}:`
+(`docker image inspect -f '{{{{.Config.Env}}}}' IMAGE`).
+
+## docker compose
+```yaml
+services:
+  engine:
+    volumes:
+      - ./{name}:{MOUNT}:ro
+      - ./probe-logs:{logs}
+    environment:
+      PYTHONPATH: {MOUNT}
+```
+
+## Kubernetes
+```
+kubectl create configmap recon-probe --from-file={name}/
+```
+```yaml
+spec:
+  containers:
+    - name: engine
+      env:
+        - name: PYTHONPATH
+          value: {MOUNT}
+      volumeMounts:
+        - {{name: recon-probe, mountPath: {MOUNT}, readOnly: true}}
+        - {{name: recon-probe-logs, mountPath: {logs}}}
+  volumes:
+    - {{name: recon-probe, configMap: {{name: recon-probe}}}}
+    - {{name: recon-probe-logs, emptyDir: {{}}}}
+```
+
+## Afterwards
+```
+recon probe read probe-logs/          # per process, per target; --json, --markdown
+```
+- `RECON_PROBE_DISABLE=1` turns the probes off without removing the mount;
+  `RECON_PROBE_LOG_DIR=/path` moves the logs.
+- `python -I`, `-E` and `-S` ignore `PYTHONPATH` or `site`: such processes are
+  not probed (and write no `VERIFY` record).
+- Inside `torch.compile` tracing the probes pass through without logging; during
+  CUDA graph capture they log metadata (shapes, dtypes) only.
+"""
