@@ -74,14 +74,17 @@ def build(out: Path) -> tuple[Path, Path]:
 
 
 def timed(cmd: list[str], **kw: object) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MiB) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, usage.ru_maxrss // 1024
+    """Wall seconds and peak RSS (MiB, from GNU time: the exec'd command, not our fork)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t0 = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd],
+                              stdout=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"failed: {' '.join(cmd)}")
+        return wall, int(rss.read().strip().splitlines()[-1]) // 1024
 
 
 FLOOR = r"""

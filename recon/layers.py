@@ -74,11 +74,11 @@ class ScanResult:
 
 
 def _ancestors(path: str) -> Iterable[str]:
-    while True:
-        path = posixpath.dirname(path)
-        if not path:
-            return
+    i = path.rfind("/")
+    while i > 0:
+        path = path[:i]
         yield path
+        i = path.rfind("/")
 
 
 class Squasher:

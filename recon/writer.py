@@ -22,7 +22,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO, Any
 
 from .errors import ReconError, UnsafeArchiveError
@@ -42,8 +42,8 @@ def clean_relpath(name: str, *, where: str = "") -> str:
         raise UnsafeArchiveError(f"entry name contains a NUL byte: {name!r}", where=where or None)
     if name.startswith("/"):
         raise UnsafeArchiveError(f"absolute path in archive: {name!r}", where=where or None)
-    parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
-    if any(p == ".." for p in parts):
+    parts = [p for p in name.split("/") if p and p != "."]
+    if ".." in parts:
         raise UnsafeArchiveError(f"path traversal ('..') in archive: {name!r}", where=where or None)
     return "/".join(parts)
 
@@ -51,21 +51,23 @@ def clean_relpath(name: str, *, where: str = "") -> str:
 class TreeWriter:
     """Writes files, symlinks and directories strictly below one root folder.
 
-    The root is opened once; every write walks the relative path from the
-    root's descriptor with ``O_NOFOLLOW`` so an existing symlink inside the
-    tree is an error, never a redirection.
+    Every directory is opened relative to its parent's descriptor with
+    ``O_NOFOLLOW``, starting from the root's, so an existing symlink inside
+    the tree is an error, never a redirection. Directory descriptors are
+    cached (an image writes thousands of files into a few hundred folders);
+    the cache entries under a path are dropped when that path is replaced.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._root_fd = os.open(self.root, _DIR_FLAGS)
+        self._dirs: dict[str, int] = {"": os.open(self.root, _DIR_FLAGS)}
         self.bytes_written = 0
 
     def close(self) -> None:
-        if self._root_fd >= 0:
-            os.close(self._root_fd)
-            self._root_fd = -1
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs = {}
 
     def __enter__(self) -> TreeWriter:
         return self
@@ -73,78 +75,89 @@ class TreeWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _parent_fd(self, rel: str, *, where: str) -> tuple[int, str]:
-        """Open (creating) every directory above ``rel``; return (fd, leaf name)."""
-        parts = rel.split("/")
-        fd = os.dup(self._root_fd)
+    def _dir_fd(self, path: str, rel: str, where: str) -> int:
+        """Descriptor of directory ``path`` (created if missing); never through a symlink."""
+        fd = self._dirs.get(path)
+        if fd is not None:
+            return fd
+        parent, _, part = path.rpartition("/")
+        pfd = self._dir_fd(parent, rel, where)
         try:
-            for part in parts[:-1]:
-                try:
-                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except (NotADirectoryError, OSError) as err:
-                    st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-                    if stat.S_ISLNK(st.st_mode):
-                        raise UnsafeArchiveError(
-                            f"entry {rel!r} goes through the symlink {part!r}", where=where or None
-                        ) from err
-                    raise UnsafeArchiveError(
-                        f"entry {rel!r} needs {part!r} to be a directory but it is a file",
-                        where=where or None,
-                    ) from err
-                os.close(fd)
-                fd = nfd
-            return fd, parts[-1]
-        except BaseException:
-            os.close(fd)
-            raise
+            fd = os.open(part, _DIR_FLAGS, dir_fd=pfd)
+        except FileNotFoundError:
+            os.mkdir(part, 0o755, dir_fd=pfd)
+            fd = os.open(part, _DIR_FLAGS, dir_fd=pfd)
+        except OSError as err:
+            st = os.stat(part, dir_fd=pfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafeArchiveError(
+                    f"entry {rel!r} goes through the symlink {part!r}", where=where or None) from err
+            raise UnsafeArchiveError(
+                f"entry {rel!r} needs {part!r} to be a directory but it is a file",
+                where=where or None) from err
+        if len(self._dirs) > 4096:  # bound the number of open descriptors
+            self._forget("\0all")
+        self._dirs[path] = fd
+        return fd
 
-    def _clear(self, dfd: int, leaf: str) -> None:
+    def _forget(self, path: str) -> None:
+        """Close cached descriptors at or below ``path`` (it is being replaced)."""
+        for key in [k for k in self._dirs if k and (path == "\0all" or k == path
+                                                   or k.startswith(path + "/"))]:
+            os.close(self._dirs.pop(key))
+
+    def _parent_fd(self, rel: str, *, where: str) -> tuple[int, str]:
+        parent, _, leaf = rel.rpartition("/")
+        return self._dir_fd(parent, rel, where), leaf
+
+    def _clear(self, dfd: int, leaf: str, path: str) -> None:
         """Remove whatever is at ``leaf`` (a later entry replaces an earlier one)."""
         try:
             st = os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode):
+            self._forget(path)
             sub = os.open(leaf, _DIR_FLAGS, dir_fd=dfd)
             try:
                 for name in os.listdir(sub):
-                    self._clear(sub, name)
+                    self._clear(sub, name, f"{path}/{name}")
             finally:
                 os.close(sub)
             os.rmdir(leaf, dir_fd=dfd)
         else:
             os.unlink(leaf, dir_fd=dfd)
 
+    def _create(self, dfd: int, leaf: str, rel: str) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        try:
+            return os.open(leaf, flags, _FILE_MODE, dir_fd=dfd)
+        except FileExistsError:
+            self._clear(dfd, leaf, rel)
+            return os.open(leaf, flags, _FILE_MODE, dir_fd=dfd)
+
     def write_stream(self, rel: str, src: IO[bytes], *, where: str = "", limit: int | None = None,
                      chunk: int = 1 << 20) -> tuple[int, str]:
         """Copy ``src`` into ``rel``; return (size, sha256 hex). Refuse more than ``limit`` bytes."""
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
-        try:
-            self._clear(dfd, leaf)
-            fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE,
-                         dir_fd=dfd)
-            total = 0
-            digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                while True:
-                    block = src.read(chunk)
-                    if not block:
-                        break
-                    total += len(block)
-                    if limit is not None and total > limit:
-                        raise UnsafeArchiveError(
-                            f"entry {rel!r} is larger than the size cap of {limit} bytes "
-                            "(raise it with --max-file-size)", where=where or None)
-                    out.write(block)
-                    digest.update(block)
-            self.bytes_written += total
-            return total, digest.hexdigest()
-        finally:
-            os.close(dfd)
+        fd = self._create(dfd, leaf, rel)
+        total = 0
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                block = src.read(chunk)
+                if not block:
+                    break
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise UnsafeArchiveError(
+                        f"entry {rel!r} is larger than the size cap of {limit} bytes "
+                        "(raise it with --max-file-size)", where=where or None)
+                out.write(block)
+                digest.update(block)
+        self.bytes_written += total
+        return total, digest.hexdigest()
 
     def write_bytes(self, rel: str, data: bytes, *, where: str = "") -> tuple[int, str]:
         import io
@@ -155,24 +168,16 @@ class TreeWriter:
         """Create a symlink as a link; its target is recorded, never followed here."""
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
-        try:
-            self._clear(dfd, leaf)
-            os.symlink(target, leaf, dir_fd=dfd)
-        finally:
-            os.close(dfd)
+        self._clear(dfd, leaf, rel)
+        os.symlink(target, leaf, dir_fd=dfd)
 
     def open_read(self, rel: str) -> IO[bytes] | None:
         """Open a regular file of the tree for reading, never through a symlink; None if absent."""
         try:
             dfd, leaf = self._parent_fd(clean_relpath(rel), where="")
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
         except (UnsafeArchiveError, OSError):
             return None
-        try:
-            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-        except OSError:
-            return None
-        finally:
-            os.close(dfd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             return None
@@ -180,18 +185,13 @@ class TreeWriter:
 
     def mkdir(self, rel: str, *, where: str = "") -> None:
         rel = clean_relpath(rel, where=where)
-        if not rel:
-            return
-        dfd, leaf = self._parent_fd(rel + "/x", where=where)
-        os.close(dfd)
+        if rel:
+            self._dir_fd(rel, rel, where)
 
     def remove(self, rel: str, *, where: str = "") -> None:
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
-        try:
-            self._clear(dfd, leaf)
-        finally:
-            os.close(dfd)
+        self._clear(dfd, leaf, rel)
 
 
 @contextlib.contextmanager

@@ -114,7 +114,7 @@ def read(
 ) -> None:
     """Summarise probe logs per process (VERIFY) and per target (calls, shapes, values)."""
     from ..probes import read_logs
-    from ..probes.logread import compact, short_argv
+    from ..probes.logread import compact, short_argv, short_env
 
     summary = read_logs(logdir)
     if as_json:
@@ -123,21 +123,23 @@ def read(
     if markdown:
         typer.echo(summary.to_markdown(), nl=False)
         return
-    procs = Table("pid", "parent", "argv", "python", "patched", "calls", "errors", "exit",
+    procs = Table("pid", "parent", "argv", "python", "env", "patched", "calls", "errors", "exit",
                   title=f"{len(summary.processes)} processes")
     for p in summary.processes:
         patched = sum(s == "patched" for s in p.targets.values())
         procs.add_row(str(p.pid), str(p.forked_from or p.ppid or ""), short_argv(p.argv),
-                      p.python or "?", f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
+                      p.python or "?", short_env(p.env), f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
                       str(p.errors), "yes" if p.exited else "no")
     console.print(procs)
-    targets = Table("target", "procs", "calls", "logged", "shapes", "first", "last", "errors",
-                    title="targets")
-    for t in summary.targets:
-        shapes = "\n".join(f"{k} x{n}" for k, n in list(t.shapes.items())[:4])
-        targets.add_row(t.qualname, str(t.patched_in), _calls(t), str(t.logged), shapes,
-                        compact(t.first), compact(t.last), str(t.errors))
-    console.print(targets)
+    for t in summary.targets:  # one block per target: qualnames are too long for a table column
+        console.rule(t.qualname, align="left")
+        console.print(f"patched in {t.patched_in} processes, calls {_calls(t)}, logged {t.logged}"
+                      f" ({t.meta_only} metadata-only), raised {t.raised}, errors {t.errors}",
+                      markup=False)
+        for sig, n in list(t.shapes.items())[:8]:
+            console.print(f"  shapes {sig}  x{n}", markup=False)
+        console.print(f"  first  {compact(t.first, 200)}", markup=False)
+        console.print(f"  last   {compact(t.last, 200)}", markup=False)
     if summary.bad_lines:
         console.print(f"[yellow]{summary.bad_lines} unreadable lines[/]")
 

@@ -25,30 +25,51 @@ def _recon_chain_sitecustomize(here):
             return None
         module = importlib.util.module_from_spec(spec)
     except Exception as exc:
-        return "lookup failed: %s: %s" % (type(exc).__name__, exc)
+        return f"lookup failed: {type(exc).__name__}: {exc}"
     try:
         spec.loader.exec_module(module)
     except Exception as err:  # the same message site.py prints for a failing sitecustomize
         sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
-                         "%s: %s\n" % (err.__class__.__name__, err))
+                         f"{err.__class__.__name__}: {err}\n")
     # `import sitecustomize` elsewhere still finds the original's names.
     globals().update((k, v) for k, v in vars(module).items() if not k.startswith("__"))
     return spec.origin
 
 
+def _recon_import_runtime(log_dir):
+    """Import the runtime with its bytecode cached under the log folder.
+
+    The bundle is mounted read-only, so Python cannot cache the compiled
+    runtime beside it and would compile it again in every process (about
+    4 ms). The log folder is writable and ours: keep the cache there.
+    """
+    prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
+    sys.pycache_prefix, sys.dont_write_bytecode = os.path.join(log_dir, ".pycache"), False
+    try:
+        import _recon_probe_runtime
+    finally:
+        sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
+    return _recon_probe_runtime
+
+
 def _recon_boot():
     here = os.path.dirname(os.path.abspath(__file__))
     chained = _recon_chain_sitecustomize(here)
+    if os.environ.get("RECON_PROBE_DISABLE"):
+        return
     try:
-        import _recon_probe_runtime
+        import json
 
-        _recon_probe_runtime.install(here, chained=chained)
+        with open(os.path.join(here, "probe.json"), encoding="utf-8") as fh:
+            spec = json.load(fh)
+        log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
+                   or "/tmp/recon-probe-logs")
+        _recon_import_runtime(log_dir).install(here, spec=spec, chained=chained)
     except Exception as exc:
-        try:
-            sys.stderr.write("recon-probe: runtime not loaded: %s: %s\n" % (type(exc).__name__, exc))
+        try:  # noqa: SIM105 - no contextlib import at start-up
+            sys.stderr.write(f"recon-probe: runtime not loaded: {type(exc).__name__}: {exc}\n")
         except Exception:
             pass
 
 
 _recon_boot()
-del _recon_boot, _recon_chain_sitecustomize

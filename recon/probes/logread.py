@@ -76,12 +76,12 @@ class LogSummary:
         lines = [f"# Probe logs: `{self.logdir}`", "",
                  f"{len(self.processes)} processes, {len(self.files)} files, "
                  f"{self.bad_lines} unreadable lines.", "", "## Processes", "",
-                 "| pid | parent | argv | python | patched | calls | errors | exit |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 "| pid | parent | argv | python | env | patched | calls | errors | exit |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for p in self.processes:
             patched = sum(s == "patched" for s in p.targets.values())
             lines.append(f"| {p.pid} | {p.forked_from or p.ppid or ''} | `{short_argv(p.argv)}` | "
-                         f"{p.python or '?'} | {patched}/{len(p.targets)} | "
+                         f"{p.python or '?'} | {short_env(p.env)} | {patched}/{len(p.targets)} | "
                          f"{sum(p.calls.values())} | {p.errors} | {'yes' if p.exited else 'no'} |")
         lines += ["", "## Targets", "",
                   "| target | processes | calls | logged | shapes | first | last | errors |",
@@ -95,8 +95,14 @@ class LogSummary:
 
 
 def short_argv(argv: list[str], limit: int = 60) -> str:
-    text = " ".join(argv)
+    """The command line without the interpreter's directory, cut to ``limit``."""
+    text = " ".join([Path(argv[0]).name, *argv[1:]] if argv else [])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_env(env: dict[str, str | None]) -> str:
+    """``VAR=value`` pairs; an unset variable shows as ``VAR unset``."""
+    return ", ".join(f"{k}={v}" if v is not None else f"{k} unset" for k, v in env.items())
 
 
 def compact(rec: dict[str, Any] | None, limit: int = 120) -> str:
@@ -155,7 +161,8 @@ def read_logs(logdir: str | Path) -> LogSummary:
     root = Path(logdir)
     if not root.is_dir():
         raise ReconError(f"{root} is not a folder of probe logs")
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    files = sorted(p for p in root.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
     procs: dict[tuple[str, int], ProcessLog] = {}
     targets: dict[str, TargetLog] = {}
     summary = LogSummary(logdir=str(root), files=[], processes=[], targets=[])

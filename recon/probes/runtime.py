@@ -42,6 +42,7 @@ _dumps = json.dumps
 _now = time.time
 _perf = time.perf_counter
 _ident = threading.get_ident
+_getpid = os.getpid
 
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
 _CO_COROUTINE, _CO_GENERATOR, _CO_ASYNC_GENERATOR = 0x80, 0x20, 0x200
@@ -52,11 +53,17 @@ _FUNC_TYPES = (type(lambda: None), type(len))  # plain Python functions and buil
 _compiling = None
 
 
+class _Local(threading.local):
+    """Per-thread re-entrancy flag; a class attribute so reading it calls no builtin."""
+
+    busy = False
+
+
 class _Target:
     """One probed callable: its options, its counters and what happened to it."""
 
     __slots__ = ("qualname", "module", "attr", "log", "self_attrs", "entry_exprs", "exit_exprs",
-                 "copies", "counter", "logged", "status", "original", "wrapper", "bound",
+                 "copies", "counter", "tick", "logged", "status", "original", "wrapper", "bound",
                  "params", "npos", "varargs", "varkw", "defaults", "errors")
 
     def __init__(self, raw):
@@ -66,16 +73,22 @@ class _Target:
         self.self_attrs = list(raw.get("self_attrs") or ())
         self.entry_exprs, self.exit_exprs = [], []
         for name, src in (raw.get("exprs") or {}).items():
-            code = compile(src, "<probe expr %s>" % name, "eval")
+            code = compile(src, f"<probe expr {name}>", "eval")
             (self.exit_exprs if "result" in code.co_names else self.entry_exprs).append((name, code))
         self.copies = list(raw.get("copies") or ())
-        self.counter = itertools.count()
+        self.reset()
         self.logged = 0
         self.errors = 0
         self.status = "pending"
         self.original = self.wrapper = None
         self.bound = False
         self.params, self.npos, self.varargs, self.varkw, self.defaults = [], 0, None, None, {}
+
+    def reset(self):
+        """Fresh per-process counters (``tick`` is a bound method: no builtin ``next``)."""
+        self.counter = itertools.count()
+        self.tick = self.counter.__next__
+        self.logged = 0
 
 
 class _State:
@@ -97,9 +110,9 @@ class _State:
         self.errors = 0
         self.error_budget = 50
         self.first, self.every = 10, 0
-        self.pid = os.getpid()
+        self.pid = _getpid()
         self.lock = threading.Lock()
-        self.tls = threading.local()
+        self.tls = _Local()
         self.exited_pid = None
         self.chained = None
         self.torch_cuda = None
@@ -111,21 +124,24 @@ _S = _State()
 # -- writing -------------------------------------------------------------------
 def _open_log():
     """Open this process's own JSONL file; fall back to stderr (fd 2) when it cannot."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + ".%06d" % (int(_now() * 1e6) % 1000000)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{int(_now() * 1e6) % 1000000:06d}"
     _S.written, _S.capped, _S.dropped = 0, False, 0
     try:
         os.makedirs(_S.log_dir, exist_ok=True)
-        path = os.path.join(_S.log_dir, "probe-%d-%s.jsonl" % (_S.pid, stamp))
+        path = os.path.join(_S.log_dir, f"probe-{_S.pid}-{stamp}.jsonl")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         _S.fd, _S.path = os.open(path, flags, 0o644), path
         return None
     except Exception as exc:  # read-only mount, missing volume, disk full
         _S.fd, _S.path = 2, None
-        return "%s: %s" % (type(exc).__name__, exc)
+        return _exc_text(exc)
 
 
 def _emit(rec):
-    """Write one record as one line; never raises."""
+    """Write one record as one line; never raises. Runs with the re-entrancy flag set,
+    so a probed builtin it uses (``len``, ``repr``...) passes straight through."""
+    tls = _S.tls
+    was, tls.busy = tls.busy, True
     try:
         line = _dumps(rec, default=_json_default, separators=(",", ":")) + "\n"
         if _S.fd == 2:
@@ -140,14 +156,21 @@ def _emit(rec):
                 _S.capped = True
                 _S.dropped += 1
                 note = {"kind": "cap", "t": _now(), "pid": _S.pid, "max_bytes": _S.max_bytes}
-                data = (_dumps(note) + "\n").encode()
+                data = ((STDERR_PREFIX if _S.fd == 2 else "") + _dumps(note) + "\n").encode()
             _write_all(data)
     except Exception:
         pass
+    finally:
+        tls.busy = was
 
 
 def _write_all(data):
-    """``os.write`` until done; on failure switch to stderr once, then give up."""
+    """``os.write`` until done; on failure switch to stderr once, then give up.
+
+    After a failed (possibly partial) write the whole record is repeated on
+    stderr; the file may end in a torn line, which readers skip.
+    """
+    whole = data
     while data:
         try:
             n = _write(_S.fd, data)
@@ -157,9 +180,14 @@ def _write_all(data):
             if _S.fd == 2:
                 _S.enabled = False
                 return
+            try:  # noqa: SIM105 - the runtime does not import contextlib
+                os.close(_S.fd)
+            except OSError:
+                pass
             _S.fd, _S.path = 2, None
-            note = {"kind": "error", "where": "log write", "error": "%s: %s" % (type(exc).__name__, exc)}
-            data = (STDERR_PREFIX + _dumps(note) + "\n").encode() + STDERR_PREFIX.encode() + data
+            note = {"kind": "error", "t": _now(), "pid": _S.pid, "where": "log write",
+                    "error": _exc_text(exc)}
+            data = (STDERR_PREFIX + _dumps(note) + "\n").encode() + STDERR_PREFIX.encode() + whole
 
 
 def _json_default(obj):
@@ -175,25 +203,33 @@ def _swallow(where, target, exc):
         if _S.errors <= _S.error_budget:
             _emit({"kind": "error", "t": _now(), "pid": _S.pid, "where": where,
                    "target": target.qualname if target is not None else None,
-                   "error": "%s: %s" % (type(exc).__name__, _short(_safe_repr(exc), 300))})
+                   "error": _exc_text(exc)})
         if _S.errors >= _S.error_budget and _S.enabled:
             _S.enabled = False
             _emit({"kind": "disabled", "t": _now(), "pid": _S.pid,
-                   "reason": "error budget of %d reached" % _S.error_budget})
+                   "reason": f"error budget of {_S.error_budget} reached"})
     except Exception:
         pass
 
 
 # -- describing values ---------------------------------------------------------
 def _short(text, limit):
-    return text if len(text) <= limit else text[:limit] + "...(%d chars)" % len(text)
+    return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
+
+
+def _exc_text(exc):
+    """``Type: message`` of an exception, even when its ``str`` raises."""
+    try:
+        return f"{type(exc).__name__}: {_short(str(exc), 300)}"
+    except Exception:
+        return type(exc).__name__
 
 
 def _safe_repr(obj):
     try:
         return repr(obj)
     except Exception as exc:
-        return "<repr raised %s>" % type(exc).__name__
+        return f"<repr raised {type(exc).__name__}>"
 
 
 def _describe(value, full, depth=0):
@@ -201,8 +237,7 @@ def _describe(value, full, depth=0):
     try:
         return _picture(value, full, depth)
     except Exception as exc:
-        return {"type": type(value).__qualname__, "error": "%s: %s" % (
-            type(exc).__name__, _short(_safe_repr(exc), 200))}
+        return {"type": type(value).__qualname__, "error": _exc_text(exc)}
 
 
 def _picture(value, full, depth):
@@ -273,7 +308,7 @@ def _bind(t, args, kwargs):
         ns[t.varargs] = tuple(rest)
     else:
         for i, value in enumerate(rest, t.npos):
-            ns["arg%d" % i] = value
+            ns[f"arg{i}"] = value
     extra = {k: v for k, v in kwargs.items() if k not in ns}
     if t.varkw:
         ns[t.varkw] = extra
@@ -288,14 +323,14 @@ def _eval_exprs(t, exprs, fn, ns, rec, full):
         try:
             out[name] = _describe(eval(code, getattr(fn, "__globals__", {}), ns), full)
         except Exception as exc:
-            out[name] = {"error": "%s: %s" % (type(exc).__name__, _short(_safe_repr(exc), 200))}
+            out[name] = {"error": _exc_text(exc)}
             _swallow("expr " + name, t, exc)
 
 
 def _enter(t, n, fn, args, kwargs):
     """Build the call record before the call; ``None`` when not logging."""
     tls = _S.tls
-    if not _S.enabled or getattr(tls, "busy", False):
+    if not _S.enabled or tls.busy:
         return None
     tls.busy = True
     try:
@@ -318,7 +353,7 @@ def _enter(t, n, fn, args, kwargs):
                         obj = getattr(obj, part)
                     rec["self"][path] = _describe(obj, full)
                 except Exception as exc:
-                    rec["self"][path] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+                    rec["self"][path] = {"error": _exc_text(exc)}
         if capturing and (t.entry_exprs or t.exit_exprs):
             rec["expr"] = {"skipped": "CUDA graph capture"}
         elif t.entry_exprs:
@@ -334,7 +369,7 @@ def _enter(t, n, fn, args, kwargs):
 def _leave(t, state, fn, result, exc):
     """Finish and write the call record after the call; never raises."""
     tls = _S.tls
-    if getattr(tls, "busy", False):
+    if tls.busy:
         return
     tls.busy = True
     try:
@@ -342,7 +377,7 @@ def _leave(t, state, fn, result, exc):
         rec["wall_us"] = round((_perf() - t0) * 1e6, 1)
         full = "args" in t.log and not capturing
         if exc is not None:
-            rec["raised"] = "%s: %s" % (type(exc).__name__, _short(_safe_repr(exc), 200))
+            rec["raised"] = _exc_text(exc)
         elif "return" in t.log:
             rec["return"] = _describe(result, full)
         if t.exit_exprs and not capturing and exc is None:
@@ -365,7 +400,7 @@ def _make_wrapper(t, fn):
             ic = _compiling
             if ic is not None and ic():
                 return await fn(*args, **kwargs)
-            n = next(t.counter)
+            n = t.tick()
             if n >= first and (not every or (n + 1 - first) % every):
                 return await fn(*args, **kwargs)
             state = _enter(t, n, fn, args, kwargs)
@@ -383,7 +418,7 @@ def _make_wrapper(t, fn):
             ic = _compiling
             if ic is not None and ic():
                 return fn(*args, **kwargs)
-            n = next(t.counter)
+            n = t.tick()
             if n >= first and (not every or (n + 1 - first) % every):
                 return fn(*args, **kwargs)
             state = _enter(t, n, fn, args, kwargs)
@@ -397,12 +432,9 @@ def _make_wrapper(t, fn):
             _leave(t, state, fn, result, None)
             return result
 
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
+    try:  # noqa: SIM105 - the runtime does not import contextlib
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(wrapper, attr, getattr(fn, attr))
-        except Exception:
-            pass
-    try:
         wrapper.__dict__.update(getattr(fn, "__dict__", {}))
     except Exception:
         pass
@@ -424,7 +456,8 @@ def _learn_signature(t, fn):
     if code.co_flags & _CO_VARKEYWORDS:
         t.varkw = code.co_varnames[i]
     defaults = fn.__defaults__ or ()
-    t.defaults = dict(zip(code.co_varnames[npos - len(defaults):npos], defaults))
+    names = code.co_varnames[npos - len(defaults):npos]  # as long as defaults, by construction
+    t.defaults = dict(zip(names, defaults))  # noqa: B905 - strict= needs 3.10; engines may be older
     t.defaults.update(fn.__kwdefaults__ or {})
 
 
@@ -438,14 +471,14 @@ def _patch(t):
     for part in parts[:-1]:
         owner = getattr(owner, part, None)
         if owner is None:
-            return "not found: %s has no %s" % (t.module, part)
+            return f"not found: {t.module} has no {part}"
     name = parts[-1]
     if isinstance(owner, type):
         raw = next((k.__dict__[name] for k in owner.__mro__ if name in k.__dict__), None)
     else:
         raw = getattr(owner, name, None)
     if raw is None:
-        return "not found: no attribute %s" % t.attr
+        return f"not found: no attribute {t.attr}"
     if getattr(raw, "__recon_probe__", None) or getattr(
             getattr(raw, "__func__", getattr(raw, "fget", None)), "__recon_probe__", None):
         return "patched"
@@ -464,7 +497,7 @@ def _patch(t):
         def rewrap(w):
             return w
     if not isinstance(fn, _FUNC_TYPES):
-        return "skipped: %s is a %s, not a plain function" % (t.attr, type(fn).__name__)
+        return f"skipped: {t.attr} is a {type(fn).__name__}, not a plain function"
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_flags & (_CO_GENERATOR | _CO_ASYNC_GENERATOR):
         return "skipped: generator function (left alone)"
@@ -493,6 +526,8 @@ def _fix_copies(t, modules):
 
 def _on_loaded(name):
     """Called after a watched module finished executing (and once at start)."""
+    tls = _S.tls
+    was, tls.busy = tls.busy, True
     try:
         if name == "torch" or (name is None and "torch" in sys.modules):
             _learn_torch()
@@ -501,7 +536,7 @@ def _on_loaded(name):
                 try:
                     t.status = _patch(t)
                 except Exception as exc:
-                    t.status = "error: %s: %s" % (type(exc).__name__, exc)
+                    t.status = "error: " + _exc_text(exc)
                 if name is not None and t.status != "pending":
                     _emit({"kind": "patched", "t": _now(), "pid": _S.pid, "target": t.qualname,
                            "status": t.status})
@@ -509,6 +544,8 @@ def _on_loaded(name):
                 _fix_copies(t, [name])
     except Exception as exc:
         _swallow("import hook", None, exc)
+    finally:
+        tls.busy = was
 
 
 def _learn_torch():
@@ -573,15 +610,22 @@ def _exit():
     if _S.exited_pid == _S.pid or not _S.targets:
         return
     _S.exited_pid = _S.pid
-    calls = {}
-    for t in _S.targets:
-        text = repr(t.counter)  # "count(5)": reading a count without advancing it
-        calls[t.qualname] = int(text[6:-1]) if text.startswith("count(") else None
-    _emit({"kind": "EXIT", "t": _now(), "pid": _S.pid, "calls": calls,
-           "logged": {t.qualname: t.logged for t in _S.targets},
-           "never_fired": [q for q, n in calls.items() if not n],
-           "never_patched": [t.qualname for t in _S.targets if t.status != "patched"],
-           "errors": _S.errors, "dropped": _S.dropped})
+    tls = _S.tls
+    was, tls.busy = tls.busy, True
+    try:
+        calls = {}
+        for t in _S.targets:
+            text = repr(t.counter)  # "count(5)": reading a count without advancing it
+            calls[t.qualname] = int(text[6:-1]) if text.startswith("count(") else None
+        _emit({"kind": "EXIT", "t": _now(), "pid": _S.pid, "calls": calls,
+               "logged": {t.qualname: t.logged for t in _S.targets},
+               "never_fired": [q for q, n in calls.items() if not n],
+               "never_patched": [t.qualname for t in _S.targets if t.status != "patched"],
+               "errors": _S.errors, "dropped": _S.dropped})
+    except Exception:
+        pass
+    finally:
+        tls.busy = was
 
 
 def _after_fork():
@@ -590,15 +634,18 @@ def _after_fork():
         parent = _S.pid
         if _S.fd > 2:
             os.close(_S.fd)
-        _S.pid, _S.lock, _S.tls = os.getpid(), threading.Lock(), threading.local()
+        _S.pid, _S.lock, _S.tls = _getpid(), threading.Lock(), _Local()
+        _S.tls.busy = True
         for t in _S.targets:
-            t.counter, t.logged = itertools.count(), 0
+            t.reset()
         _S.errors = 0
         _S.enabled = True
         error = _open_log()
         _emit(_verify_record(forked_from=parent, log_error=error))
     except Exception:
         pass
+    finally:
+        _S.tls.busy = False
 
 
 def _selected(spec):
@@ -617,6 +664,8 @@ def install(bundle_dir, spec=None, chained=None):
 
     Returns True when the runtime is active in this process. Never raises.
     """
+    tls = _S.tls
+    was, tls.busy = tls.busy, True
     try:
         if _S.enabled or os.environ.get("RECON_PROBE_DISABLE"):
             return _S.enabled
@@ -629,7 +678,8 @@ def install(bundle_dir, spec=None, chained=None):
         _S.first, _S.every = int(spec.get("first", 10)), int(spec.get("every", 0))
         _S.max_bytes = int(spec.get("max_bytes", _S.max_bytes))
         _S.error_budget = int(spec.get("error_budget", _S.error_budget))
-        _S.log_dir = os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir") or "/tmp/recon-probe-logs"
+        _S.log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
+                      or "/tmp/recon-probe-logs")
         _S.targets = [_Target(raw) for raw in spec.get("targets") or ()]
         _S.watched = {t.module for t in _S.targets} | {"torch"}
         _S.watched.update(m for t in _S.targets for m in t.copies)
@@ -652,11 +702,13 @@ def install(bundle_dir, spec=None, chained=None):
         return True
     except Exception as exc:
         try:
-            _write(2, ("%s{\"kind\":\"error\",\"where\":\"install\",\"error\":%s}\n" % (
-                STDERR_PREFIX, _dumps("%s: %s" % (type(exc).__name__, exc)))).encode())
+            note = {"kind": "error", "where": "install", "error": _exc_text(exc)}
+            _write(2, (STDERR_PREFIX + _dumps(note) + "\n").encode())
         except Exception:
             pass
         return False
+    finally:
+        tls.busy = was
 
 
 def _keep_on_pythonpath(bundle_dir):

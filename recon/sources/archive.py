@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ReconError
-from .base import Entry, Image, ImageConfig, Layer, tar_entries
+from .base import Entry, Image, ImageConfig, Layer, is_compressed, seekable_tar_entries, tar_entries
 
 _INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -103,6 +103,14 @@ class BlobLayer(Layer):
             self.bytes_read += n
 
         with self.store.open(self.blob) as raw:
+            if raw.seekable():
+                head = raw.read(4)
+                raw.seek(0)
+                if not is_compressed(head):
+                    yield from seekable_tar_entries(
+                        raw, where=f"layer {self.index} ({self.digest[:19]})",
+                        on_offset=lambda n: setattr(self, "bytes_read", n))
+                    return
             counted = CountingReader(raw, on_read)
             import io
 

@@ -201,6 +201,46 @@ class BombGuard(io.RawIOBase):
         return n
 
 
+class ForwardReader(io.RawIOBase):
+    """Makes a one-way stream (a decompressor) look seekable *forwards*.
+
+    With it, :mod:`tarfile`'s random-access mode works on a gzip/zstd layer:
+    skipping a member's data becomes ``readinto`` a reusable buffer, instead of
+    the stream mode's slicing of ever-growing byte strings.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.pos = 0
+        self._scratch = bytearray(1 << 20)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buf: Any) -> int:
+        n = self.raw.readinto(buf)  # type: ignore[attr-defined]
+        self.pos += n or 0
+        return n or 0
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset if whence == io.SEEK_SET else self.pos + offset
+        if whence not in (io.SEEK_SET, io.SEEK_CUR) or target < self.pos:
+            raise io.UnsupportedOperation("this layer stream only seeks forwards")
+        view = memoryview(self._scratch)
+        while self.pos < target:
+            n = self.raw.readinto(view[: min(len(view), target - self.pos)])  # type: ignore[attr-defined]
+            if not n:
+                break
+            self.pos += n
+        return self.pos
+
+
 def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str = "",
                 max_layer_size: int | None = None) -> Iterator[Entry]:
     """Stream a (possibly compressed) tar as :class:`Entry` objects, never extracting.
@@ -211,23 +251,47 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
     plain = decompressed(stream, where=where)
     if max_layer_size is not None:
         plain = io.BufferedReader(BombGuard(plain, max_layer_size, where), 1 << 20)  # type: ignore[assignment]
+    yield from seekable_tar_entries(ForwardReader(plain), where=where, strip=strip, prefix=prefix)  # type: ignore[arg-type]
+
+
+def is_compressed(head: bytes) -> bool:
+    return head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC
+
+
+def seekable_tar_entries(raw: IO[bytes], *, where: str, strip: str = "", prefix: str = "",
+                         on_offset: Callable[[int], None] | None = None) -> Iterator[Entry]:
+    """Entries of an *uncompressed, seekable* tar: member data is skipped by seeking.
+
+    ``docker save`` archives hold uncompressed layers inside a seekable outer
+    tar, so only the headers of the files recon does not keep are ever read.
+    """
     try:
-        tf = tarfile.open(fileobj=plain, mode="r|")
+        tf = tarfile.open(fileobj=raw, mode="r:")
+    except UnsafeArchiveError:
+        raise
     except (tarfile.TarError, OSError, EOFError) as err:
         raise ReconError(f"not a tar layer, or truncated or corrupt ({err})", where=where) from err
-    with contextlib.closing(tf):
-        try:
-            for member in tf:
-                yield _entry_of(tf, member, where=where, strip=strip, prefix=prefix)
-        except UnsafeArchiveError:
-            raise
-        except (tarfile.TarError, EOFError, OSError) as err:
-            raise ReconError(f"truncated or corrupt layer ({type(err).__name__}: {err})",
-                             where=where) from err
-        except Exception as err:  # zlib.error, zstd errors
-            if type(err).__name__ in ("error", "ZstdError", "BadGzipFile"):
+    except Exception as err:  # zlib.error, zstd errors
+        raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
+    try:
+        while True:
+            try:
+                member = tf.next()
+            except UnsafeArchiveError:
+                raise
+            except (tarfile.TarError, EOFError, OSError) as err:
+                raise ReconError(f"truncated or corrupt layer ({type(err).__name__}: {err})",
+                                 where=where) from err
+            except Exception as err:  # zlib.error, zstd errors
                 raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
-            raise
+            if member is None:
+                break
+            if on_offset is not None:
+                on_offset(member.offset_data)
+            yield _entry_of(tf, member, where=where, strip=strip, prefix=prefix)
+            tf.members.clear()  # headers are not needed again; keep memory flat
+    finally:
+        tf.close()
 
 
 def _member_name(name: str, strip: str, prefix: str) -> str:

@@ -1,0 +1,43 @@
+"""The index of a snapshot: every module, class and function, by name, with code hashes.
+
+Public API (other parts of recon build on these names)::
+
+    from recon.index import load_index
+    idx = load_index(snapshot)                    # cached per file sha256, process pool
+    fn = idx.lookup("vllm.platforms.interface:Platform._align_hybrid_block_size")
+    fn.path, fn.lineno, fn.def_lineno, fn.end_lineno, fn.kind, fn.params, fn.ast_hash
+    idx.source(fn.qualname)                       # decorators included
+    idx.modules["vllm.platforms"].bindings        # {"Platform": "vllm.platforms.interface.Platform", ...}
+    idx.errors                                    # {path: "SyntaxError: ... (line 3)"}
+"""
+
+from __future__ import annotations
+
+from .build import load_index
+from .models import (
+    FUNCTION_KINDS,
+    ClassInfo,
+    FunctionInfo,
+    ImportInfo,
+    IndexStats,
+    ModuleInfo,
+    Param,
+    split_qualname,
+)
+from .snapshot_index import SnapshotIndex, module_name
+from .visitor import index_source
+
+__all__ = [
+    "FUNCTION_KINDS",
+    "ClassInfo",
+    "FunctionInfo",
+    "ImportInfo",
+    "IndexStats",
+    "ModuleInfo",
+    "Param",
+    "SnapshotIndex",
+    "index_source",
+    "load_index",
+    "module_name",
+    "split_qualname",
+]

@@ -1,0 +1,233 @@
+"""The index's data model: what other parts of recon (slicing, probes, diff) build on.
+
+Everything here is plain data: slotted dataclasses and named tuples of
+strings and ints, picklable and convertible to JSON, so the per-file cache
+can store it and other tools can consume it without importing ``ast``.
+
+Names follow one convention everywhere:
+
+* a **module** is its dotted import name (``vllm.platforms.interface``);
+* a **qualname** is ``module:local`` where ``local`` is Python's own
+  ``__qualname__`` inside the module (``Platform._align_hybrid_block_size``,
+  ``outer.<locals>.inner``). The colon removes any doubt about where the
+  module ends. A second definition with the same local name (a property's
+  setter, a conditional redefinition) gets ``#2``, ``#3``... appended, so
+  every definition of the file keeps its own entry and the first keeps the
+  plain name.
+
+Type hints recorded for variables and attributes (``ModuleInfo.variables``,
+``ClassInfo.attributes``) are source text with a one-character convention:
+``"T"`` is an annotation (an instance of ``T``), ``"f()"`` is the result of
+calling ``f`` and ``"=x.y"`` is another name for the object ``x.y``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+#: Parameter kinds, named as :class:`inspect.Parameter` names them.
+POSITIONAL_ONLY = "POSITIONAL_ONLY"
+POSITIONAL_OR_KEYWORD = "POSITIONAL_OR_KEYWORD"
+VAR_POSITIONAL = "VAR_POSITIONAL"
+KEYWORD_ONLY = "KEYWORD_ONLY"
+VAR_KEYWORD = "VAR_KEYWORD"
+
+#: Function kinds. ``is_async`` is recorded separately: an async method is a method.
+FUNCTION_KINDS = ("function", "method", "classmethod", "staticmethod", "property")
+
+
+def split_qualname(qualname: str) -> tuple[str, str]:
+    """``"pkg.mod:Cls.meth"`` -> ``("pkg.mod", "Cls.meth")``."""
+    module, _, local = qualname.partition(":")
+    return module, local
+
+
+class Param(NamedTuple):
+    """One parameter of a signature, as written in the source."""
+
+    name: str
+    kind: str  # one of the inspect.Parameter kind names above
+    annotation: str | None  # source text, e.g. "int | None" (None: not annotated)
+    default: str | None  # source text of the default expression (None: no default)
+
+    def render(self) -> str:
+        star = {VAR_POSITIONAL: "*", VAR_KEYWORD: "**"}.get(self.kind, "")
+        text = star + self.name
+        if self.annotation is not None:
+            text += f": {self.annotation}"
+        if self.default is not None:
+            text += f" = {self.default}" if self.annotation is not None else f"={self.default}"
+        return text
+
+
+class ImportInfo(NamedTuple):
+    """One imported name (``import a.b as c`` or ``from a import b as c``).
+
+    ``module`` is absolute even for relative imports (resolved against the
+    importing module). ``resolved`` is the module *of this snapshot* the
+    import reaches (``from a import b`` -> ``a.b`` when that is a module,
+    else ``a``), or None when it leaves the package (torch, stdlib, ...).
+    ``scope`` is the module-local qualname of the function holding a lazy
+    import, ``""`` for a module-level one.
+    """
+
+    module: str
+    name: str | None  # None for "import module"
+    asname: str | None
+    lineno: int
+    level: int  # 0 absolute, 1 for "from . import", ...
+    scope: str
+    resolved: str | None
+
+    @property
+    def bound_name(self) -> str:
+        """The local name the import binds (``import a.b`` binds ``a``)."""
+        if self.asname:
+            return self.asname
+        if self.name is not None:
+            return self.name
+        return self.module.split(".", 1)[0]
+
+    @property
+    def target(self) -> str:
+        """The absolute dotted name the bound name refers to."""
+        if self.name is None:
+            return self.module if self.asname else self.module.split(".", 1)[0]
+        return f"{self.module}.{self.name}" if self.module else self.name
+
+
+class FunctionInfo(NamedTuple):
+    """A function or method of the snapshot (nested functions included).
+
+    ``lineno`` is the first decorator's line so that a source segment cut
+    from ``lineno`` to ``end_lineno`` is the whole definition, decorators
+    included; ``def_lineno`` is the ``def`` line itself (what tracebacks show).
+
+    The three hashes identify code across releases whatever its position:
+    ``ast_hash`` covers the whole normalized AST (name, parameters,
+    decorators, docstring and body; no line/column numbers, no comments, no
+    formatting), ``body_hash`` the statements without the docstring, and
+    ``doc_hash`` the docstring alone (None when there is none). A hash is
+    None only when the function was too deeply nested to normalize.
+
+    A named tuple rather than a class: a vLLM release has 40,000 of them and
+    building them straight from the cached rows keeps a warm index load fast.
+    """
+
+    qualname: str
+    module: str
+    path: str  # relative to the snapshot's src/
+    name: str  # module-local qualname, e.g. "Platform._align_hybrid_block_size"
+    lineno: int
+    def_lineno: int
+    end_lineno: int
+    col: int  # column of the def (its indentation)
+    kind: str  # one of FUNCTION_KINDS
+    is_async: bool
+    params: tuple[Param, ...]
+    returns: str | None  # return annotation, source text
+    decorators: tuple[str, ...]  # source text, without "@"
+    class_name: str | None  # module-local qualname of the owning class, for methods
+    ast_hash: str | None
+    body_hash: str | None
+    doc_hash: str | None
+    #: Terminal names this function calls (``f`` for ``f()``, ``m`` for ``x.y.m()``).
+    #: The call graph uses it to find candidate callers without parsing everything.
+    calls: tuple[str, ...] = ()
+
+    @property
+    def short(self) -> str:
+        """Last component of the name (``_align_hybrid_block_size``)."""
+        return self.name.rsplit(".", 1)[-1].split("#", 1)[0]
+
+    @property
+    def signature(self) -> str:
+        """``(cls, vllm_config: "VllmConfig") -> None``, rebuilt from the parameters."""
+        parts: list[str] = []
+        kinds = [p.kind for p in self.params]
+        for i, p in enumerate(self.params):
+            if p.kind == KEYWORD_ONLY and VAR_POSITIONAL not in kinds and (
+                    i == 0 or self.params[i - 1].kind not in (KEYWORD_ONLY,)):
+                parts.append("*")
+            parts.append(p.render())
+            if p.kind == POSITIONAL_ONLY and (i + 1 == len(self.params)
+                                              or self.params[i + 1].kind != POSITIONAL_ONLY):
+                parts.append("/")
+        text = "(" + ", ".join(parts) + ")"
+        return text + (f" -> {self.returns}" if self.returns is not None else "")
+
+    @property
+    def location(self) -> str:
+        """``path:def_lineno``, the way editors and tracebacks point at it."""
+        return f"{self.path}:{self.def_lineno}"
+
+
+class ClassInfo(NamedTuple):
+    """A class of the snapshot. ``bases`` are source text; resolve them with the index."""
+
+    qualname: str
+    module: str
+    path: str
+    name: str
+    lineno: int  # first decorator line
+    def_lineno: int
+    end_lineno: int
+    col: int
+    bases: tuple[str, ...]
+    keywords: dict[str, str]  # metaclass=..., other class keywords (source text)
+    decorators: tuple[str, ...]
+    methods: tuple[str, ...]  # short names of the functions defined in the class body
+    #: Instance/class attributes with a type hint (see the module docstring's convention):
+    #: class-level annotations, ``self.x: T = ...`` and ``self.x = f(...)`` in methods.
+    attributes: dict[str, str]
+
+    @property
+    def short(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.def_lineno}"
+
+
+@dataclass(slots=True)
+class ModuleInfo:
+    """One ``.py`` file of the snapshot.
+
+    ``bindings`` maps every module-level imported name to the absolute dotted
+    name it stands for (``{"CacheConfig": "vllm.config.cache.CacheConfig",
+    "np": "numpy"}``); ``imports`` lists every import statement, lazy ones in
+    functions included, with the snapshot module each one reaches.
+    """
+
+    name: str
+    path: str
+    sha256: str
+    is_package: bool
+    line_count: int
+    imports: tuple[ImportInfo, ...]
+    bindings: dict[str, str]
+    classes: tuple[str, ...]  # qualnames, in file order
+    functions: tuple[str, ...]  # qualnames, in file order (methods and nested included)
+    variables: dict[str, str | None]  # module-level names -> type hint text (see above)
+    star_imports: tuple[str, ...] = ()  # absolute modules of "from x import *"
+    calls: tuple[str, ...] = ()  # names called at import time (module and class bodies)
+    error: str | None = None  # why the file could not be parsed (then it defines nothing)
+
+    @property
+    def imported_modules(self) -> tuple[str, ...]:
+        """Snapshot modules this module imports (anywhere in the file), sorted, no duplicates."""
+        return tuple(sorted({i.resolved for i in self.imports if i.resolved}))
+
+
+@dataclass(slots=True)
+class IndexStats:
+    """How an index was obtained: the benchmark and ``recon index`` report it."""
+
+    files: int = 0  # .py files indexed
+    parsed: int = 0  # parsed now (cache misses)
+    cached: int = 0  # taken from the per-file cache
+    errors: int = 0  # files that failed to parse
+    workers: int = 0  # processes used for parsing (0: parsed in this process)
+    seconds: float = 0.0

@@ -1,0 +1,335 @@
+"""``SnapshotIndex``: every module, class and function of one snapshot, by name.
+
+Built by :func:`recon.index.load_index` from per-file records; this module
+only assembles records into the public model and answers lookups. Source
+segments are cut from lines split once per file (``ast.get_source_segment``
+re-splits the whole file on every call, about 18x slower over a few thousand
+definitions) and include decorators.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ReconError
+from ..snapshot import Snapshot
+from .models import (
+    ClassInfo,
+    FunctionInfo,
+    ImportInfo,
+    IndexStats,
+    ModuleInfo,
+    Param,
+    split_qualname,
+)
+from .visitor import split_lines
+
+
+def module_name(path: str) -> tuple[str, bool]:
+    """``vllm/config/__init__.py`` -> ``("vllm.config", True)``; other ``.py`` -> (name, False)."""
+    stem = path[:-3] if path.endswith(".py") else path
+    if stem.endswith("/__init__") or stem == "__init__":
+        return stem[: -len("/__init__")].replace("/", "."), True
+    return stem.replace("/", "."), False
+
+
+def absolute_module(importer: str, is_package: bool, module: str, level: int) -> str:
+    """Resolve ``from ..x import y`` written in ``importer`` to an absolute module name."""
+    if level == 0:
+        return module
+    parts = importer.split(".")
+    if not is_package:
+        parts = parts[:-1]
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)] if level - 1 <= len(parts) else []
+    base = ".".join(parts)
+    if module:
+        return f"{base}.{module}" if base else module
+    return base
+
+
+@dataclass
+class SnapshotIndex:
+    """The index of one snapshot (see :mod:`recon.index.models` for the records).
+
+    ``functions`` and ``classes`` are keyed by qualname (``pkg.mod:Local``),
+    ``modules`` by dotted module name, ``errors`` by file path (the files
+    that failed to parse, with the parser's message: listed, never fatal).
+    """
+
+    snapshot: Snapshot = field(repr=False)
+    modules: dict[str, ModuleInfo]
+    functions: dict[str, FunctionInfo] = field(repr=False)
+    classes: dict[str, ClassInfo] = field(repr=False)
+    errors: dict[str, str]
+    warnings: dict[str, list[str]] = field(repr=False)
+    stats: IndexStats
+    by_path: dict[str, str] = field(repr=False)  # file path -> module name
+    _lines: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _spans: dict[str, tuple[list[int], list[tuple[int, int, str]]]] = field(
+        default_factory=dict, repr=False, compare=False)
+    _by_short: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def package(self) -> str:
+        return self.snapshot.package
+
+    @property
+    def label(self) -> str:
+        return self.snapshot.label
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_lines"], state["_spans"], state["_by_short"] = {}, {}, None
+        return state
+
+    # -- source --------------------------------------------------------------------
+    def lines(self, path: str) -> list[str]:
+        """The file's lines (no line ends), split once and kept: ``lines[n - 1]`` is line n."""
+        got = self._lines.get(path)
+        if got is None:
+            text = self.snapshot.read_text(path)
+            if text.startswith("\ufeff"):
+                text = text[1:]
+            got = self._lines[path] = split_lines(text)
+        return got
+
+    def source(self, qualname: str) -> str:
+        """The definition's source text, decorators included, as in the file (``\\n`` line ends)."""
+        info = self.lookup_any(qualname)
+        return "\n".join(self.lines(info.path)[info.lineno - 1: info.end_lineno]) + "\n"
+
+    # -- lookups ---------------------------------------------------------------------
+    def lookup(self, qualname: str) -> FunctionInfo:
+        """The function named ``qualname``; ReconError with close matches otherwise.
+
+        Accepts ``pkg.mod:Cls.meth``, the dotted ``pkg.mod.Cls.meth``, or a
+        unique suffix such as ``Platform._align_hybrid_block_size``.
+        """
+        got = self._find(qualname, self.functions)
+        if isinstance(got, FunctionInfo):
+            return got
+        raise self._not_found(qualname, "function", self.functions, got)
+
+    def lookup_class(self, qualname: str) -> ClassInfo:
+        """The class named ``qualname`` (same forms as :meth:`lookup`)."""
+        got = self._find(qualname, self.classes)
+        if isinstance(got, ClassInfo):
+            return got
+        raise self._not_found(qualname, "class", self.classes, got)
+
+    def lookup_any(self, qualname: str) -> FunctionInfo | ClassInfo:
+        """A function, else a class, by qualname (exact or any accepted form)."""
+        if qualname in self.functions:
+            return self.functions[qualname]
+        if qualname in self.classes:
+            return self.classes[qualname]
+        got = self._find(qualname, self.functions)
+        if isinstance(got, FunctionInfo):
+            return got
+        got2 = self._find(qualname, self.classes)
+        if isinstance(got2, ClassInfo):
+            return got2
+        raise self._not_found(qualname, "function or class", {**self.classes, **self.functions},
+                              [*(got or []), *(got2 or [])])
+
+    def _find(self, name: str, table: dict[str, Any]) -> Any:
+        """Exact hit -> the record; otherwise the list of ambiguous candidates (maybe empty)."""
+        if name in table:
+            return table[name]
+        if ":" not in name:
+            # dotted form: the longest module prefix wins
+            parts = name.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                mod = ".".join(parts[:cut])
+                if mod in self.modules:
+                    cand = f"{mod}:{'.'.join(parts[cut:])}"
+                    if cand in table:
+                        return table[cand]
+                    break
+            # a suffix of the local name
+            short = parts[-1]
+            tail = "." + name
+            hits = [q for q in self._short_index().get(short, ())
+                    if q in table and (split_qualname(q)[1] == name or q.endswith(tail))]
+            if len(hits) == 1:
+                return table[hits[0]]
+            return hits
+        return []
+
+    def _short_index(self) -> dict[str, list[str]]:
+        if self._by_short is None:
+            idx: dict[str, list[str]] = {}
+            for table in (self.functions, self.classes):
+                for q in table:
+                    idx.setdefault(q.rsplit(".", 1)[-1].rsplit(":", 1)[-1], []).append(q)
+            self._by_short = idx
+        return self._by_short
+
+    def _not_found(self, name: str, what: str, table: dict[str, Any], ambiguous: list[str]) -> ReconError:
+        if ambiguous:
+            shown = ", ".join(sorted(ambiguous)[:8]) + (" ..." if len(ambiguous) > 8 else "")
+            return ReconError(f"{name!r} matches {len(ambiguous)} {what}s in {self.label}: {shown}; "
+                              "give the full qualname (module:Local)")
+        return ReconError(f"no {what} {name!r} in {self.label}" + self._suggest(name, table))
+
+    def _suggest(self, name: str, table: dict[str, Any]) -> str:
+        module, local = split_qualname(name) if ":" in name else ("", name)
+        short = local.rsplit(".", 1)[-1]
+        shorts = self._short_index()
+        close = difflib.get_close_matches(short, list(shorts), n=6, cutoff=0.75)
+        cands = [q for s in close for q in shorts[s] if q in table]
+        if module:
+            # a right name in the wrong module, or a close module name
+            cands.sort(key=lambda q: (split_qualname(q)[1] != local,
+                                      -difflib.SequenceMatcher(None, q, name).ratio()))
+        else:
+            cands.sort(key=lambda q: -difflib.SequenceMatcher(None, q.split(":")[-1], local).ratio())
+        if module and module not in self.modules:
+            mods = difflib.get_close_matches(module, list(self.modules), n=2, cutoff=0.8)
+            if mods and not cands:
+                return f" (no module {module!r}; did you mean {' or '.join(mods)}?)"
+        if not cands:
+            return ""
+        return "; did you mean: " + ", ".join(cands[:5]) + "?"
+
+    def module_of(self, qualname: str) -> ModuleInfo:
+        return self.modules[split_qualname(qualname)[0]]
+
+    def module_for_path(self, path: str) -> ModuleInfo | None:
+        name = self.by_path.get(path)
+        return self.modules.get(name) if name else None
+
+    def function_at(self, path: str, lineno: int) -> FunctionInfo | None:
+        """The innermost function whose lines (decorators included) contain ``lineno``."""
+        spans = self._spans.get(path)
+        if spans is None:
+            mod = self.module_for_path(path)
+            items = sorted(((f.lineno, f.end_lineno, f.qualname)
+                            for f in (self.functions[q] for q in (mod.functions if mod else ()))),
+                           key=lambda t: (t[0], -t[1]))
+            spans = self._spans[path] = ([s for s, _, _ in items], items)
+        starts, items = spans
+        # Spans nest, so scanning leftwards from the last start <= lineno, the first span
+        # that still contains the line is the innermost one.
+        for i in range(bisect.bisect_right(starts, lineno) - 1, -1, -1):
+            _, end, qualname = items[i]
+            if end >= lineno:
+                return self.functions[qualname]
+        return None
+
+    def methods_of(self, class_qualname: str) -> dict[str, FunctionInfo]:
+        """Functions defined directly in the class body, by short name (first definition wins)."""
+        cls = self.classes[class_qualname]
+        module, local = split_qualname(class_qualname)
+        out: dict[str, FunctionInfo] = {}
+        for name in cls.methods:
+            info = self.functions.get(f"{module}:{local}.{name}")
+            if info is not None and name not in out:
+                out[name] = info
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-data summary (what ``recon index --json`` prints)."""
+        return {
+            "snapshot": self.snapshot.name, "package": self.package, "version": self.snapshot.version,
+            "modules": len(self.modules), "classes": len(self.classes),
+            "functions": len(self.functions),
+            "stats": {"files": self.stats.files, "parsed": self.stats.parsed,
+                      "cached": self.stats.cached, "errors": self.stats.errors,
+                      "workers": self.stats.workers, "seconds": round(self.stats.seconds, 3)},
+            "errors": dict(sorted(self.errors.items())),
+        }
+
+
+def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
+             stats: IndexStats) -> SnapshotIndex:
+    """Turn ``(path, sha256, raw record)`` triples into a :class:`SnapshotIndex`."""
+    names: dict[str, tuple[str, bool]] = {}
+    owner: dict[str, str] = {}
+    warnings: dict[str, list[str]] = {}
+    for path, _, _ in records:
+        mod, is_pkg = module_name(path)
+        prev = owner.get(mod)
+        if prev is not None:
+            # "pkg/x.py" and "pkg/x/__init__.py": the package wins, as in Python's import system
+            loser = path if not is_pkg else prev
+            warnings.setdefault(loser, []).append(f"shadowed by the package {mod}; not indexed")
+            if not is_pkg:
+                continue
+            names.pop(prev, None)
+        owner[mod] = path
+        names[path] = (mod, is_pkg)
+    known = set(owner)
+    all_files = snapshot.manifest.get("files", {})
+    modules: dict[str, ModuleInfo] = {}
+    functions: dict[str, FunctionInfo] = {}
+    classes: dict[str, ClassInfo] = {}
+    errors: dict[str, str] = {}
+    by_path: dict[str, str] = {}
+    make_param = Param._make
+    # Most signatures repeat ((self), (self, x)...): sharing them saves memory and GC work.
+    interned: dict[tuple[Any, ...], tuple[Param, ...]] = {}
+    make_function = FunctionInfo._make
+    make_import = ImportInfo._make
+    for path, sha, rec in records:
+        if path not in names:
+            continue
+        mod, is_pkg = names[path]
+        by_path[path] = mod
+        if rec.get("warnings"):
+            warnings.setdefault(path, []).extend(rec["warnings"])
+        if rec.get("error"):
+            errors[path] = rec["error"]
+            modules[mod] = ModuleInfo(mod, path, sha, is_pkg, rec.get("lines", 0), (), {}, (), (), {},
+                                      error=rec["error"])
+            continue
+        prefix = mod + ":"
+        imports = []
+        bindings: dict[str, str] = {}
+        stars = []
+        for module, name, asname, lineno, level, scope in rec["imports"]:
+            absmod = absolute_module(mod, is_pkg, module, level)
+            if name is not None and f"{absmod}.{name}" in known:
+                resolved: str | None = f"{absmod}.{name}"
+            elif absmod in known:
+                resolved = absmod
+            else:
+                resolved = None
+            imp = make_import((absmod, name, asname, lineno, level, scope, resolved))
+            imports.append(imp)
+            if not scope:
+                if name == "*":
+                    stars.append(absmod)
+                else:
+                    bindings[imp.bound_name] = imp.target
+        fn_names = []
+        for row in rec["functions"]:
+            q = prefix + row[0]
+            fn_names.append(q)
+            raw = row[7]
+            key = tuple(map(tuple, raw))
+            params = interned.get(key)
+            if params is None:
+                params = interned[key] = tuple(map(make_param, raw))
+            row[7] = params
+            row[9] = tuple(row[9])
+            row[14] = tuple(row[14])
+            functions[q] = make_function((q, mod, path, *row))
+        cls_names = []
+        for r in rec["classes"]:
+            q = prefix + r["name"]
+            cls_names.append(q)
+            classes[q] = ClassInfo(q, mod, path, r["name"], r["lineno"], r["def"], r["end"], r["col"],
+                                   tuple(r["bases"]), r["keywords"], tuple(r["decorators"]),
+                                   tuple(r["methods"]), r["attrs"])
+        modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
+                                  rec["lines"], tuple(imports), bindings, tuple(cls_names),
+                                  tuple(fn_names), rec["variables"], tuple(stars), tuple(rec["calls"]))
+    stats.errors = len(errors)
+    return SnapshotIndex(snapshot=snapshot, modules=modules, functions=functions, classes=classes,
+                         errors=errors, warnings=warnings, stats=stats, by_path=by_path)

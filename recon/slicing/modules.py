@@ -1,0 +1,116 @@
+"""Module lookup inside a snapshot: names -> files -> parsed :class:`ModuleModel`.
+
+Parsed modules are cached per process, keyed by file path, size and mtime, so a
+recipe that slices a dozen functions of one release parses each file once, and
+an edited copy of a snapshot is never served stale.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from ..errors import ReconError
+from ..snapshot import Snapshot
+from .units import ModuleModel, parse_module
+
+_CACHE: dict[tuple[str, int, int], ModuleModel] = {}
+_CACHE_MAX = 512
+
+
+class ModuleSet:
+    """The Python modules of one snapshot, parsed on demand."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.package = snapshot.package
+        self._names = module_names(snapshot)
+        self.parse_errors: dict[str, str] = {}
+
+    @property
+    def names(self) -> dict[str, tuple[str, bool]]:
+        """module name -> (relative path, is_package)."""
+        return self._names
+
+    def exists(self, module: str) -> bool:
+        return module in self._names
+
+    def in_package(self, module: str) -> bool:
+        return module == self.package or module.startswith(self.package + ".")
+
+    def submodules(self, package: str) -> list[str]:
+        prefix = package + "."
+        return sorted(n[len(prefix):] for n in self._names
+                      if n.startswith(prefix) and "." not in n[len(prefix):])
+
+    def get(self, module: str) -> ModuleModel | None:
+        """The parsed module, or None when absent or unparsable (recorded in parse_errors)."""
+        entry = self._names.get(module)
+        if entry is None:
+            return None
+        rel, is_pkg = entry
+        path = self.snapshot.src / rel
+        try:
+            st = os.stat(path)
+        except OSError as err:
+            self.parse_errors[module] = str(err)
+            return None
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        model = _CACHE.get(key)
+        if model is None:
+            try:
+                model = parse_module(module, rel, path.read_bytes(), is_package=is_pkg)
+            except (SyntaxError, ValueError, RecursionError, OSError) as err:
+                self.parse_errors[module] = f"{type(err).__name__}: {err}"
+                return None
+            if len(_CACHE) >= _CACHE_MAX:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = model
+        return model
+
+    def require(self, module: str) -> ModuleModel:
+        model = self.get(module)
+        if model is not None:
+            return model
+        if module in self.parse_errors:
+            raise ReconError(f"cannot parse {module}: {self.parse_errors[module]}")
+        close = difflib.get_close_matches(module, list(self._names), n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ReconError(f"no module {module!r} in snapshot {self.snapshot.name}{hint}")
+
+    def resolve_relative(self, current: ModuleModel, module: str | None, level: int) -> str:
+        """The absolute module name of ``from <level dots><module> import ...`` in ``current``."""
+        if level == 0:
+            return module or ""
+        base = current.package_name.split(".")
+        if level > 1:
+            base = base[: len(base) - (level - 1)]
+        parts = [p for p in (".".join(base), module) if p]
+        return ".".join(parts)
+
+
+_NAMES: dict[tuple[str, int], dict[str, tuple[str, bool]]] = {}
+
+
+def module_names(snapshot: Snapshot) -> dict[str, tuple[str, bool]]:
+    """module name -> (relative path, is_package), cached per snapshot manifest."""
+    man = snapshot.root / "manifest.json"
+    try:
+        stamp = man.stat().st_mtime_ns
+    except OSError:
+        stamp = 0
+    key = (str(snapshot.root), stamp)
+    cached = _NAMES.get(key)
+    if cached is not None:
+        return cached
+    out: dict[str, tuple[str, bool]] = {}
+    for rec in snapshot.python_files():
+        parts = rec.path[:-3].split("/")
+        if not all(p.isidentifier() for p in parts):
+            continue
+        if parts[-1] == "__init__":
+            out[".".join(parts[:-1])] = (rec.path, True)
+        else:
+            out.setdefault(".".join(parts), (rec.path, False))
+    _NAMES[key] = out
+    return out

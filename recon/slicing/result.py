@@ -1,0 +1,123 @@
+"""What a run returns: the value, the mutated ``self``, stub use and provenance.
+
+Plain dataclasses with ``to_json()``, the same object for the CLI (``--json``
+prints it), notebooks and recipes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import ReconError
+
+
+@dataclass
+class RunError:
+    """An exception raised by the engine code (or by a stub) during the call."""
+
+    kind: str  # exception | forbidden | config_key | stub_value | undefined | memory | sandbox | load
+    type: str
+    message: str
+    site: str  # innermost file:line of the slice on the traceback ("" when none)
+    traceback: str = field(repr=False, default="")
+
+    def line(self) -> str:
+        at = f" at {self.site}" if self.site else ""
+        return f"{self.type}{at}: {self.message}"
+
+
+@dataclass
+class Mutation:
+    """How one attribute of ``self`` changed during the call."""
+
+    attr: str
+    change: str  # changed | added | deleted
+    before: Any
+    after: Any
+
+
+@dataclass
+class StubTouch:
+    """A stub the run used: how often, how, and the first slice line that did."""
+
+    name: str
+    kind: str  # outside | package (in-package name not in the slice) | forbidden | broken
+    count: int
+    ops: dict[str, int]
+    first: str
+
+
+@dataclass
+class PieceRun:
+    """A piece of the slice whose code ran during the call (provenance)."""
+
+    module: str
+    file: str
+    start: int
+    end: int
+    sha256: str
+    what: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.start}"
+
+
+@dataclass
+class RunResult:
+    """The outcome of calling one target in a child process."""
+
+    target: str
+    ok: bool
+    value: Any = None
+    value_type: str = ""
+    value_repr: str = ""
+    error: RunError | None = None
+    mutations: list[Mutation] = field(default_factory=list)
+    self_before: dict[str, Any] = field(default_factory=dict)
+    self_after: dict[str, Any] = field(default_factory=dict)
+    stub_touches: list[StubTouch] = field(default_factory=list)
+    assumptions: list[dict[str, Any]] = field(default_factory=list)
+    provenance: list[PieceRun] = field(default_factory=list)
+    definition_failures: list[dict[str, Any]] = field(default_factory=list)
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    slice_sha256: str = ""
+    seconds: float = 0.0
+    wall_seconds: float = 0.0
+    stdout: str = field(default="", repr=False)
+    stderr: str = field(default="", repr=False)
+
+    @property
+    def mutated(self) -> dict[str, Any]:
+        """attr -> value after the call, for every attribute the call changed or added."""
+        return {m.attr: m.after for m in self.mutations if m.change != "deleted"}
+
+    def touched(self, name: str) -> int:
+        """How many times the stub ``name`` was used (0 when never)."""
+        return sum(t.count for t in self.stub_touches if t.name == name)
+
+    def raise_for_error(self) -> RunResult:
+        """Raise :class:`RunFailed` when the engine code raised; return self otherwise."""
+        if self.error is not None:
+            raise RunFailed(f"{self.target} raised {self.error.line()}", results=[self])
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.error is not None:
+            out["error"].pop("traceback", None)
+            out["error"]["traceback"] = self.error.traceback
+        return out
+
+
+class RunFailed(ReconError):
+    """The run could not produce a trustworthy answer (timeout, forbidden stub, sandbox ...)."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, results: list[RunResult] | None = None,
+                 detail: str = "") -> None:
+        super().__init__(message)
+        self.results = results or []
+        self.detail = detail

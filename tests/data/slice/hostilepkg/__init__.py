@@ -1,0 +1,1 @@
+"""Hostile code for the containment tests of ``recon run`` (never imported by recon itself)."""
