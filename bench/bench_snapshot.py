@@ -136,7 +136,7 @@ def gzip_floor_choice(layout: Path) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-docker", action="store_true")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     archive, layout = build(OUT)
     work = OUT / "work"
@@ -153,13 +153,15 @@ def main() -> None:
 
     recon = [sys.executable, "-m", "recon", "snapshot", "-q", "--package", "vllm", "-f", "-o", str(work)]
     best("floor: read every layer of the docker archive", [sys.executable, "-c", FLOOR, str(archive), "archive"])
-    best("recon docker-archive --all-files", [*recon, "--all-files", "-n", "a", f"docker-archive:{archive}"])
-    best("recon docker-archive (source only, default)", [*recon, "-n", "b", f"docker-archive:{archive}"])
+    best("recon docker-archive --all-files", [*recon, "--all-files", "-n", "a", f"docker-archive:{archive}"],
+         cleanup=work / "a")
+    best("recon docker-archive (source only, default)", [*recon, "-n", "b", f"docker-archive:{archive}"],
+         cleanup=work / "b")
     choice = gzip_floor_choice(layout)
     print("decompressors on the largest layer:", choice)
     best("floor: decompress every gzip layer (isal)", [sys.executable, "-c", FLOOR, str(layout), "oci"])
-    best("recon oci gzip --all-files", [*recon, "--all-files", "-n", "c", f"oci:{layout}"])
-    best("recon oci gzip (source only, default)", [*recon, "-n", "d", f"oci:{layout}"])
+    best("recon oci gzip --all-files", [*recon, "--all-files", "-n", "c", f"oci:{layout}"], cleanup=work / "c")
+    best("recon oci gzip (source only, default)", [*recon, "-n", "d", f"oci:{layout}"], cleanup=work / "d")
     bundle = work / "bundle"
     oci2 = work / "oci-from-archive"
     tmp_layout = ["skopeo", "copy", "-q", f"docker-archive:{archive}", f"oci:{oci2}:latest"]

@@ -304,25 +304,9 @@ class CallGraph:
 
     # -- parsing on demand -----------------------------------------------------------
     def _function_node(self, fn: FunctionInfo) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        if fn.qualname in self._nodes:
-            return self._nodes[fn.qualname]  # type: ignore[return-value]
-        lines = self.index.lines(fn.path)[fn.lineno - 1: fn.end_lineno]
-        indented = fn.col > 0
-        text = ("if 1:\n" if indented else "") + "\n".join(lines) + "\n"
-        node = None
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            tree = None
-        if tree is not None:
-            body = tree.body[0].body if indented and tree.body else tree.body  # type: ignore[attr-defined]
-            for stmt in body:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    ast.increment_lineno(stmt, fn.lineno - 1 - (1 if indented else 0))
-                    node = stmt
-                    break
-        self._nodes[fn.qualname] = node
-        return node
+        if fn.qualname not in self._nodes:
+            self._nodes[fn.qualname] = self.index.function_ast(fn.qualname)
+        return self._nodes[fn.qualname]  # type: ignore[return-value]
 
     def _module_tree(self, module: str) -> ast.Module | None:
         key = f"{module}:{MODULE_NODE}"

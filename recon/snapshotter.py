@@ -162,3 +162,39 @@ def _not_found(scan: Any, package: str | None, ref: str) -> ReconError:
         return ReconError(f"package {package!r} not found in {ref}; top-level packages there: {listing}")
     return ReconError(f"neither vllm nor sglang found in {ref}; choose one with --package "
                       f"(top-level packages there: {listing})")
+
+
+def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
+    """A snapshot for ``ref``: an existing snapshot (name or path), or any SOURCE,
+    snapshotted once into ``$RECON_CACHE/snapshots`` and reused after that.
+
+    ``pip:`` specs are keyed by the wheel they resolve to, so ``pip:vllm``
+    (latest) and ``pip:vllm==0.33.0`` share one snapshot.
+    """
+    from .paths import cache_dir
+    from .sources import SCHEMES
+
+    text = str(ref)
+    scheme = text.partition(":")[0]
+    if scheme not in SCHEMES:
+        return Snapshot.open(text)
+    base = cache_dir() / "snapshots"
+    source = text
+    if scheme == "pip":
+        from .sources.pip import fetch_wheel
+
+        whl = fetch_wheel(text[4:])
+        key = whl.name
+        source = f"wheel:{whl}"
+    else:
+        key = text
+    extra = "" if not kwargs else repr(sorted(kwargs.items()))
+    import hashlib
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)[:80] + "-" + hashlib.sha256(
+        (key + extra).encode()).hexdigest()[:10]
+    dest = base / name
+    if (dest / MANIFEST).is_file():
+        return Snapshot.open(dest)
+    snap = take_snapshot(source, name=name, out=base, force=True, **kwargs)
+    return snap

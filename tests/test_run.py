@@ -106,20 +106,12 @@ DFLASH_CASES = [
 
 
 def test_dflash_has_any_non_causal(vllm_latest: Snapshot) -> None:
+    # one child process for all five configs: each call builds its own HF-like config
     results = run_calls(vllm_latest,
                         [Call(f"{DFLASH}:dflash_has_any_non_causal",
-                              args={"config": Py(f"HFConfig({json.dumps(cfg)!s})")})
-                         for cfg, _ in DFLASH_CASES],
-                        stub_file=_hfconfig_stub_file(vllm_latest))
+                              args={"config": Py(f"HFConfig({cfg!r})")})
+                         for cfg, _ in DFLASH_CASES])
     assert [r.value for r in results] == [want for _, want in DFLASH_CASES]
-
-
-def _hfconfig_stub_file(snap: Snapshot) -> Path:
-    """A stub file exposing the child's HF-like config class to --arg-py expressions."""
-    path = Path(os.environ.get("PYTEST_TMP", "/tmp")) / f"recon-hfconfig-{os.getpid()}.py"
-    path.write_text("from recon_runtime.hfconfig import HFConfig\n"
-                    "null, true, false = None, True, False\n")
-    return path
 
 
 def test_dflash_from_config_file(vllm_latest: Snapshot, tmp_path: Path) -> None:
@@ -319,3 +311,19 @@ def test_sglang_track_ssm_indices_real_torch(sglang_latest: Snapshot) -> None:
     assert "def build_prefill_track_plan" in whats
     assert "MambaAttnBackendBase._init_track_ssm_indices_from_cpu" in whats
     assert "MambaAttnBackendBase._init_track_ssm_indices" in {p.what for p in legacy.provenance}
+
+
+def test_stub_file_supplies_values_and_forbids(vllm_latest: Snapshot, tmp_path: Path) -> None:
+    cfg = {"num_hidden_layers": 2, "sliding_window": 1024,
+           "layer_types": ["sliding_attention", "full_attention"]}
+    values = tmp_path / "v2_stubs.py"
+    values.write_text("V2 = ns(use_v2_model_runner=True)  # ns: types.SimpleNamespace\n"
+                      "STUBS = {'get_current_vllm_config': lambda: V2}\n")
+    res = run_function(vllm_latest, f"{DFLASH}:_resolve_layer_attention", args={"layer_idx": 0},
+                       config=cfg, stub_file=values)
+    assert res.value == [1024, True]  # layer 0 is sliding: window 1024, causal
+    forbids = tmp_path / "forbid_stubs.py"
+    forbids.write_text("FORBID = ['get_current_vllm_config']\n")
+    with pytest.raises(RunFailed, match="qwen3_dflash.py:131"):
+        run_function(vllm_latest, f"{DFLASH}:_resolve_layer_attention", args={"layer_idx": 0},
+                     config=cfg, stub_file=forbids)

@@ -38,7 +38,7 @@ def _root(
 
 
 # Verb modules, in the order their commands appear in --help.
-VERB_MODULES = ("snapshot", "index", "slice", "recipe", "probe", "diff", "logs", "demo")
+VERB_MODULES = ("demo", "snapshot", "index", "slice", "recipe", "probe", "diff", "logs")
 
 for _name in VERB_MODULES:
     if importlib.util.find_spec(f"{__name__}.{_name}") is not None:

@@ -82,12 +82,12 @@ def slice_cmd(
 
 def _slice_tables(meta: dict[str, Any], out: Path) -> None:
     t = Table(title=f"slice of {meta['snapshot']['label']} -> {out}")
-    t.add_column("piece")
+    t.add_column("file", overflow="fold")
     t.add_column("lines", justify="right")
     t.add_column("sha256")
-    t.add_column("what")
+    t.add_column("what", overflow="fold")
     for p in meta["pieces"]:
-        t.add_row(p["module"], f"{p['start']}-{p['end']}", p["sha256"][:12], p["what"])
+        t.add_row(p["file"], f"{p['start']}-{p['end']}", p["sha256"][:12], p["what"])
     console.print(t)
     if meta["outside"]:
         o = Table(title="names from outside the package (stubbed by recon run)")
@@ -126,7 +126,7 @@ def run_cmd(
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE in the run's environment."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before the run is killed."),
     memory: int = typer.Option(4096, "--memory", help="Memory limit in MiB."),
-    check: bool = typer.Option(False, "--check", help="Exit non-zero when the function raises."),
+    check: bool = typer.Option(False, "--check", help="Exit non-zero (4) when the function raises."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     args: dict[str, Any] = _json_values(arg, "--arg", "--arg-py")
@@ -147,8 +147,8 @@ def run_cmd(
         emit_json(res.to_json())
     else:
         show_result(res)
-    if check and res.error is not None:
-        raise typer.Exit(1)
+    if check:
+        res.raise_for_error()  # RunFailed: one line on stderr, exit code 4
 
 
 def _short(value: Any, width: int = 120) -> str:
@@ -162,7 +162,7 @@ def show_result(res: RunResult) -> None:
     head = Table(title=f"{res.target}  ({snap.get('package')} {snap.get('version')})",
                  show_header=False)
     head.add_column("key", style="bold cyan")
-    head.add_column("value")
+    head.add_column("value", overflow="fold")
     if res.ok:
         head.add_row("returned", _short(res.value, 400))
         head.add_row("type", res.value_type)
@@ -174,14 +174,14 @@ def show_result(res: RunResult) -> None:
     if res.mutations:
         m = Table(title="self attributes changed by the call")
         for col in ("attr", "change", "before", "after"):
-            m.add_column(col)
+            m.add_column(col, overflow="fold")
         for mut in res.mutations:
             m.add_row(mut.attr, mut.change, _short(mut.before, 60), _short(mut.after, 60))
         console.print(m)
     if res.stub_touches:
         s = Table(title="stubs touched")
         for col in ("name", "kind", "count", "how", "first at"):
-            s.add_column(col)
+            s.add_column(col, overflow="fold")
         for t in res.stub_touches:
             s.add_row(t.name, t.kind, str(t.count),
                       ", ".join(f"{k}×{v}" for k, v in t.ops.items()), t.first)
@@ -193,7 +193,7 @@ def show_result(res: RunResult) -> None:
                           f"{', '.join(f['names'])}: {f['error']}")
     p = Table(title="code that ran (provenance)")
     for col in ("file:lines", "sha256", "piece"):
-        p.add_column(col)
+        p.add_column(col, overflow="fold")
     for piece in res.provenance:
         p.add_row(f"{piece.file}:{piece.start}-{piece.end}", piece.sha256[:16], piece.what)
     console.print(p)

@@ -9,6 +9,7 @@ definitions) and include decorators.
 
 from __future__ import annotations
 
+import ast
 import bisect
 import difflib
 from dataclasses import dataclass, field
@@ -102,6 +103,28 @@ class SnapshotIndex:
         """The definition's source text, decorators included, as in the file (``\\n`` line ends)."""
         info = self.lookup_any(qualname)
         return "\n".join(self.lines(info.path)[info.lineno - 1: info.end_lineno]) + "\n"
+
+    def function_ast(self, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """Parse just this function's source segment; line and column numbers match the file.
+
+        An indented segment (a method) is parsed under an ``if 1:`` line, so
+        any nesting level parses without re-indenting (which would break
+        multi-line strings). None if the segment does not parse.
+        """
+        fn = self.lookup(qualname) if qualname not in self.functions else self.functions[qualname]
+        lines = self.lines(fn.path)[fn.lineno - 1: fn.end_lineno]
+        indented = fn.col > 0
+        text = ("if 1:\n" if indented else "") + "\n".join(lines) + "\n"
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        body = tree.body[0].body if indented and tree.body else tree.body  # type: ignore[attr-defined]
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                ast.increment_lineno(stmt, fn.lineno - 1 - (1 if indented else 0))
+                return stmt
+        return None
 
     # -- lookups ---------------------------------------------------------------------
     def lookup(self, qualname: str) -> FunctionInfo:

@@ -309,7 +309,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         finder = slice_mod.install(factory)
         result_refs["finder"] = finder
         guard.seal()
-        ns: dict[str, Any] = {"ns": types.SimpleNamespace, "config": config,
+        ns: dict[str, Any] = {"ns": types.SimpleNamespace, "config": config, "HFConfig": HFConfig,
                               "stub": factory.child, "__builtins__": __builtins__}
         ns.update({name.split(".")[0]: importlib.import_module(name.split(".")[0])
                    for name in real_mods})

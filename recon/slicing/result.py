@@ -83,6 +83,8 @@ class RunResult:
     definition_failures: list[dict[str, Any]] = field(default_factory=list)
     snapshot: dict[str, Any] = field(default_factory=dict)
     slice_sha256: str = ""
+    #: how the child was confined: user ("nobody" or "caller"), timeout, memory_mb
+    sandbox: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     wall_seconds: float = 0.0
     stdout: str = field(default="", repr=False)
@@ -104,11 +106,8 @@ class RunResult:
         return self
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.error is not None:
-            out["error"].pop("traceback", None)
-            out["error"]["traceback"] = self.error.traceback
-        return out
+        """Plain JSON-able data (the ``--json`` output)."""
+        return asdict(self)
 
 
 class RunFailed(ReconError):

@@ -40,7 +40,8 @@ class Py:
     """A Python expression evaluated *in the child* (``Py("torch.tensor([1, 2])")``).
 
     The expression sees ``ns`` (``types.SimpleNamespace``), ``config`` (the
-    HF-like config), ``stub(name)`` (a recording stub), each ``--real``
+    HF-like config), ``HFConfig`` (to build more configs from dicts),
+    ``stub(name)`` (a recording stub), each ``--real``
     package by name, and the names a ``--stub-file`` defines.
     """
 
@@ -148,7 +149,8 @@ def _error(data: dict[str, Any] | None) -> RunError | None:
                     traceback=data.get("traceback", ""))
 
 
-def _provenance(sl: Slice, ran: list[list[Any]], target: str) -> list[PieceRun]:
+def _provenance(sl: Slice, ran: list[list[Any]]) -> list[PieceRun]:
+    """The pieces whose code objects were called (functions, methods, lambdas inside them)."""
     pieces = [p for p in sl.pieces if not p["synthetic"]]
     hit: list[PieceRun] = []
     seen: set[tuple[str, int]] = set()
@@ -162,8 +164,7 @@ def _provenance(sl: Slice, ran: list[list[Any]], target: str) -> list[PieceRun]:
     return sorted(hit, key=lambda p: (p.file, p.start))
 
 
-def _raise_for_sandbox(report: dict[str, Any], results: list[RunResult], limits: Limits,
-                       stderr: str) -> None:
+def _raise_for_sandbox(report: dict[str, Any], results: list[RunResult], limits: Limits) -> None:
     """Turn untrustworthy outcomes into one readable :class:`RunFailed`."""
     for refusal in report.get("sandbox", []):
         raise RunFailed(f"the slice tried {refusal['what']} ({refusal['detail']}) at "
@@ -278,13 +279,16 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     if report is None:
         raise RunFailed(_death(outcome.returncode, limits, outcome.stderr))
     results = [_result(sl, snap, c, outcome) for c in report.get("calls", [])]
+    confined = {"user": "nobody" if outcome.dropped_privileges else "caller",
+                "timeout": timeout, "memory_mb": memory_mb}
     for res in results:
+        res.sandbox = confined
         res.definition_failures = report.get("definition_failures", [])
         touches = (report.get("stubs") or {})
         res.stub_touches = [StubTouch(t["name"], t["kind"], t["count"], t["ops"], t["first"])
                             for t in touches.get("touches", [])]
         res.assumptions = touches.get("assumptions", [])
-    _raise_for_sandbox(report, results, limits, outcome.stderr)
+    _raise_for_sandbox(report, results, limits)
     if check:
         for res in results:
             res.raise_for_error()
@@ -311,7 +315,7 @@ def _result(sl: Slice, snap: Snapshot, call: dict[str, Any], outcome: Any) -> Ru
         mutations=[Mutation(m["attr"], m["change"], m["before"], m["after"])
                    for m in call.get("mutations", [])],
         self_before=call.get("self_before", {}), self_after=call.get("self_after", {}),
-        provenance=_provenance(sl, call.get("ran", []), call["target"]),
+        provenance=_provenance(sl, call.get("ran", [])),
         snapshot={"name": snap.name, "package": snap.package, "version": snap.version,
                   "path": str(snap.root)},
         slice_sha256=sl.sha256, seconds=float(call.get("seconds", 0.0)),

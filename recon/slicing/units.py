@@ -147,13 +147,17 @@ def _inner_defs(node: ast.stmt) -> dict[str, list[ast.FunctionDef | ast.AsyncFun
     return out
 
 
-def _make_units(body: list[ast.stmt]) -> tuple[list[Unit], dict[str, list[int]]]:
+def _make_units(body: list[ast.stmt], *, module_level: bool = True) -> tuple[list[Unit], dict[str, list[int]]]:
     units: list[Unit] = []
     bindings: dict[str, list[int]] = {}
     for i, node in enumerate(body):
         kind = _kind(node, i == 0)
         unit = Unit(i, node, stmt_start(node), stmt_end(node), kind)
         unit.names = set() if kind == "docstring" else _bound_names(node)
+        if module_level and isinstance(node, ast.AnnAssign) and node.value is None:
+            # `current_platform: Platform` binds nothing when the module runs (a module
+            # __getattr__ often provides the name): it must not hide that __getattr__
+            unit.names = set()
         if kind == "compound":
             unit.inner_defs = _inner_defs(node)
         units.append(unit)
@@ -165,7 +169,7 @@ def _make_units(body: list[ast.stmt]) -> tuple[list[Unit], dict[str, list[int]]]
 def _class_model(unit: Unit, lines: list[str]) -> ClassModel:
     node = unit.node
     assert isinstance(node, ast.ClassDef)
-    members, mb = _make_units(node.body)
+    members, mb = _make_units(node.body, module_level=False)
     first = members[0]
     atomic = first.start <= node.lineno
     first_line = lines[first.start - 1] if first.start - 1 < len(lines) else ""

@@ -64,3 +64,9 @@ def flood():
     line = "x" * 1000
     while True:
         print(line)
+
+
+def environment():
+    """Reads what the process can see of its caller (secrets in the environment?)."""
+    return {"keys": sorted(os.environ), "home": os.environ.get("HOME"), "cwd": os.getcwd(),
+            "v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"), "uid": os.getuid()}

@@ -1,0 +1,90 @@
+"""``recon recipe list | show NAME | run NAME``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..errors import ReconError
+from ..recipes import all_recipes, get, run_recipe
+from ..snapshotter import ensure_snapshot
+from ..writer import write_text
+from .output import console, emit_json
+
+recipe_app = typer.Typer(help="Named investigations, answered by running the release's own code.",
+                         no_args_is_help=True)
+
+
+def parse_sets(items: list[str]) -> dict[str, object]:
+    """``--set key=JSON`` (plain words are kept as strings)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ReconError(f"--set wants KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+@recipe_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every recipe, with what it answers."""
+    rows = [r.describe() for r in all_recipes()]
+    if as_json:
+        emit_json(rows)
+        return
+    t = Table(title="recipes")
+    for col in ("name", "engine", "answers"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["engine"], r["title"])
+    console.print(t)
+
+
+@recipe_app.command("show")
+def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """What a recipe reads, why it exists, and an example command line."""
+    r = get(name).describe()
+    if as_json:
+        emit_json(r)
+        return
+    console.print(f"[bold]{r['name']}[/] ({r['engine']}): {r['title']}\n")
+    console.print(r["why"] + "\n")
+    console.print("flags read:  " + (", ".join("--" + f.replace("_", "-") for f in r["reads_flags"]) or "none"))
+    console.print("config keys: " + (", ".join(r["reads_config"]) or "none"))
+    if r["example"]:
+        console.print(f"example:     recon recipe run {r['name']} --snapshot pip:vllm==0.33.0 {r['example']}")
+
+
+@recipe_app.command("run")
+def run_cmd(
+    name: str,
+    snapshot: str = typer.Option(..., "--snapshot", "-s", help="Snapshot name/path, or any SOURCE (pip:vllm==0.33.0)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json."),
+    flags: str | None = typer.Option(None, "--flags", help="Your serve command line, quoted."),
+    sets: list[str] = typer.Option([], "--set", help="Recipe option KEY=VALUE (see recipe show)."),
+    as_json: bool = typer.Option(False, "--json"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
+) -> None:
+    """Run one recipe on a snapshot with your config and flags."""
+    snap = ensure_snapshot(snapshot)
+    res = run_recipe(name, snap, config=config, flags=flags, options=parse_sets(sets))
+    if as_json:
+        emit_json(res.to_json())
+    elif markdown is None or str(markdown) != "-":
+        res.render(console)
+    if markdown is not None:
+        if str(markdown) == "-":
+            print(res.to_markdown())
+        else:
+            write_text(markdown, res.to_markdown())
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")

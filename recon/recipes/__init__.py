@@ -1,0 +1,54 @@
+"""Recipes: the questions investigators keep asking, answered by running the release's own code.
+
+    from recon.recipes import run_recipe
+    res = run_recipe("vllm-capture-sizes", "vllm-0.33.0",
+                     flags="vllm serve m --max-num-seqs 16 --speculative-config '{...}'")
+    print(res.to_markdown())
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..snapshot import Snapshot
+from .base import (
+    Finding,
+    NotApplicable,
+    Provenance,
+    Recipe,
+    RecipeContext,
+    RecipeResult,
+    Table,
+    config_key,
+    load_model_config,
+)
+from .flags import ServeFlags, parse_flags
+from .registry import all_recipes, get, register
+
+
+def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path | dict[str, Any] | None = None,
+               flags: str | list[str] | ServeFlags | None = None,
+               options: dict[str, Any] | None = None) -> RecipeResult:
+    """Run recipe ``name`` on a snapshot with a model config and serve flags."""
+    recipe = get(name)
+    snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
+    cfg = config if isinstance(config, dict) else load_model_config(config)
+    fl = flags if isinstance(flags, ServeFlags) else parse_flags(flags)
+    ctx = RecipeContext(snap, cfg, fl, config_path=None if isinstance(config, dict) else
+                        (str(config) if config else None), options=dict(options or {}))
+    if recipe.engine not in ("any", snap.package):
+        return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False,
+                            reason=f"this recipe reads {recipe.engine}, the snapshot holds {snap.package}")
+    try:
+        res = recipe.run(ctx)
+    except NotApplicable as err:
+        return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False, reason=str(err))
+    if fl.ignored:
+        res.notes.append("flags not used by this recipe's table were ignored: " + " ".join(fl.ignored))
+    return res
+
+
+__all__ = ["Finding", "NotApplicable", "Provenance", "Recipe", "RecipeContext", "RecipeResult",
+           "ServeFlags", "Table", "all_recipes", "config_key", "get", "load_model_config",
+           "parse_flags", "register", "run_recipe"]

@@ -1,0 +1,245 @@
+"""What a recipe is, what it is given, and what it returns.
+
+A recipe is a named, tested investigation: it turns a model ``config.json``
+plus the user's serve flags into the inputs of **the release's own
+functions**, runs them from the snapshot (``recon.slicing``), checks
+invariants, and presents the answer. recon never re-implements engine logic:
+the numbers come from running the snapshot's code.
+
+Recipes find their targets by what the code does (a log message it emits, a
+structural pattern), not by one hard-coded qualname, and report "not
+applicable to <release>: <what changed>" instead of crashing when a release
+lacks the logic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReconError
+from ..snapshot import Snapshot
+from .flags import ServeFlags
+
+
+class NotApplicable(ReconError):
+    """The release lacks the logic a recipe needs (raised inside ``Recipe.run``)."""
+
+
+@dataclass
+class Finding:
+    """One verdict line: ``ok``, ``info``, ``warn`` or ``error``."""
+
+    level: str
+    text: str
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+@dataclass
+class Provenance:
+    """Which function of which file ran (cite it in a write-up)."""
+
+    qualname: str
+    file: str
+    line: int
+    sha256: str
+
+
+@dataclass
+class RecipeResult:
+    recipe: str
+    snapshot: str
+    release: str
+    applicable: bool = True
+    reason: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    provenance: list[Provenance] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_markdown(self) -> str:
+        """A section a person can paste into an incident write-up."""
+        out = [f"### {self.recipe} — {self.release}", ""]
+        if not self.applicable:
+            out += [f"Not applicable to {self.release}: {self.reason}", ""]
+            return "\n".join(out)
+        if self.inputs:
+            out += ["Inputs: " + ", ".join(f"`{k}={_short(v)}`" for k, v in self.inputs.items()), ""]
+        if self.values:
+            out += ["| quantity | value |", "|---|---|"]
+            out += [f"| {k} | {_short(v, 200)} |" for k, v in self.values.items()]
+            out.append("")
+        for t in self.tables:
+            out += [f"**{t.title}**", "", "| " + " | ".join(t.columns) + " |",
+                    "|" + "---|" * len(t.columns)]
+            out += ["| " + " | ".join(_short(c, 80) for c in row) + " |" for row in t.rows]
+            out.append("")
+        for f in self.findings:
+            out.append(f"- **{f.level}**: {f.text}")
+        if self.findings:
+            out.append("")
+        if self.provenance:
+            out.append("Code run (from the snapshot):")
+            out += [f"- `{p.qualname}` at `{p.file}:{p.line}` sha256 `{p.sha256[:16]}`"
+                    for p in self.provenance]
+            out.append("")
+        if self.notes:
+            out += [f"_Note: {n}_" for n in self.notes]
+            out.append("")
+        return "\n".join(out)
+
+    def render(self, console: Any) -> None:
+        """Rich tables on a terminal."""
+        from rich.panel import Panel
+        from rich.table import Table as RTable
+
+        head = f"[bold]{self.recipe}[/] on {self.release}"
+        if not self.applicable:
+            console.print(Panel(f"not applicable: {self.reason}", title=head, border_style="yellow"))
+            return
+        if self.values:
+            vt = RTable(title=head, show_header=False)
+            vt.add_column("quantity", style="cyan")
+            vt.add_column("value")
+            for k, v in self.values.items():
+                vt.add_row(k, _short(v, 300))
+            console.print(vt)
+        for t in self.tables:
+            rt = RTable(title=t.title)
+            for c in t.columns:
+                rt.add_column(c)
+            for row in t.rows:
+                rt.add_row(*[_short(c, 80) for c in row])
+            console.print(rt)
+        colours = {"ok": "green", "info": "blue", "warn": "yellow", "error": "red"}
+        for f in self.findings:
+            console.print(f"[{colours.get(f.level, 'white')}]{f.level:>5}[/] {f.text}")
+        for p in self.provenance:
+            console.print(f"[dim]ran {p.qualname} ({p.file}:{p.line}, sha256 {p.sha256[:12]})[/]")
+        for n in self.notes:
+            console.print(f"[dim]note: {n}[/]")
+
+
+def _short(v: Any, width: int = 120) -> str:
+    text = v if isinstance(v, str) else json.dumps(v, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@dataclass
+class RecipeContext:
+    """Everything a recipe run gets: the snapshot, the model config, the flags."""
+
+    snapshot: Snapshot
+    config: dict[str, Any] | None
+    flags: ServeFlags
+    config_path: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # recipe-specific extras (--set k=v)
+
+    @cached_property
+    def index(self) -> Any:
+        from ..index import load_index
+
+        return load_index(self.snapshot)
+
+    @property
+    def release(self) -> str:
+        return f"{self.snapshot.package} {self.snapshot.version or '?'}"
+
+    def require_config(self) -> dict[str, Any]:
+        if self.config is None:
+            raise ReconError("this recipe needs a model config: pass --config config.json")
+        return self.config
+
+    def functions_with_text(self, pattern: str, *, within: str | None = None) -> list[str]:
+        """Qualnames of functions whose source matches ``pattern`` (a regex), e.g. a log message."""
+        from ..find import find_regex
+
+        hits = find_regex(self.index, pattern, within=within)
+        names: list[str] = []
+        for h in hits:
+            q = getattr(h, "qualname", None) or (h.get("qualname") if isinstance(h, dict) else None)
+            if q and q not in names:
+                names.append(q)
+        return names
+
+    def first_existing(self, candidates: Iterable[str]) -> str | None:
+        """The first qualname of ``candidates`` that this release defines."""
+        funcs = self.index.functions
+        for q in candidates:
+            if q in funcs:
+                return q
+        return None
+
+    def provenance(self, qualname: str) -> Provenance:
+        fn = self.index.functions[qualname]
+        text = self.snapshot.read_text(fn.path).splitlines(keepends=True)
+        seg = "".join(text[fn.lineno - 1: fn.end_lineno])
+        import hashlib
+
+        return Provenance(qualname, fn.path, fn.lineno, hashlib.sha256(seg.encode()).hexdigest())
+
+
+@dataclass
+class Recipe:
+    """A named investigation. ``run`` does the work; the rest is for ``list``/``show``."""
+
+    name: str
+    engine: str  # "vllm" | "sglang" | "any"
+    title: str
+    why: str  # the field story behind it, one or two sentences
+    reads_flags: list[str]
+    reads_config: list[str]
+    run: Callable[[RecipeContext], RecipeResult]
+    example: str = ""  # a typical --flags line for the docs
+    #: (example config file name in examples/configs or None, --flags line) pairs for ``recon demo``
+    demos: list[tuple[str | None, str]] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "engine": self.engine, "title": self.title, "why": self.why,
+                "reads_flags": self.reads_flags, "reads_config": self.reads_config,
+                "example": self.example}
+
+
+def load_model_config(path: str | Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ReconError(f"config not found: {p}") from err
+    except ValueError as err:
+        raise ReconError(f"{p} is not valid JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ReconError(f"{p} is not a JSON object")
+    return data
+
+
+def config_key(cfg: dict[str, Any], *keys: str, default: Any = ..., nested: str = "text_config") -> Any:
+    """The first of ``keys`` in the config (or its ``text_config``); clear error if none."""
+    for scope in (cfg, cfg.get(nested) or {}):
+        for k in keys:
+            if k in scope and scope[k] is not None:
+                return scope[k]
+    if default is not ...:
+        return default
+    raise ReconError(f"the model config has none of {', '.join(keys)}")
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -1,0 +1,1 @@
+"""One module per recipe; importing a module registers its recipe."""
