@@ -106,6 +106,9 @@ def chain(index: SnapshotIndex, to: str, *, source: str | None = None, depth: in
     src = index.lookup(source).qualname if source else None
     cg = graph or CallGraph(index)
     g = cg.graph
+    cg.add_node(target)
+    if src is not None:
+        cg.add_node(src)
     up = _walk(cg, target, depth, "up", budget) if callers else {target: 0}
     down = _walk(cg, target, depth, "down", budget) if callees else {target: 0}
     paths: list[list[str]] = []

@@ -115,7 +115,7 @@ class CallGraph:
             return self.sites[qualname]
         sites = list(self._analyse(qualname))
         self.sites[qualname] = sites
-        self._node(qualname)
+        self.add_node(qualname)
         for site in sites:
             for target in site.targets:
                 self._edge(qualname, target, site.kind, site.lineno)
@@ -133,7 +133,7 @@ class CallGraph:
         """Functions (and module bodies) that call ``qualname``, plus overridden ancestor methods."""
         if qualname not in self._callers_done:
             self._callers_done.add(qualname)
-            self._node(qualname)
+            self.add_node(qualname)
             fn = self.index.functions.get(qualname)
             if fn is not None:
                 for cand in self._candidates(fn):
@@ -154,7 +154,8 @@ class CallGraph:
         return [s for sites in self.sites.values() for s in sites if s.status == "external"]
 
     # -- graph helpers ---------------------------------------------------------------
-    def _node(self, q: str) -> None:
+    def add_node(self, q: str) -> None:
+        """Add ``q`` with its path and line (no analysis)."""
         if q in self.graph:
             return
         fn = self.index.functions.get(q)
@@ -166,8 +167,8 @@ class CallGraph:
             self.graph.add_node(q, kind="module", path=info.path if info else "", lineno=1)
 
     def _edge(self, a: str, b: str, kind: str, lineno: int) -> None:
-        self._node(a)
-        self._node(b)
+        self.add_node(a)
+        self.add_node(b)
         data = self.graph.get_edge_data(a, b)
         if data is None:
             self.graph.add_edge(a, b, kind=kind, lines=[lineno])
@@ -243,8 +244,12 @@ class CallGraph:
             if targets:
                 return CallSite(caller, line, text, "resolved", targets, "constructor", "")
             ext = self.resolver.external_bases(ref.name)
-            return CallSite(caller, line, text, "external", (), "constructor",
-                            f"{ext[0]}.__init__" if ext else f"{ref.name} (default __init__)")
+            if ext:
+                return CallSite(caller, line, text, "external", (), "constructor", f"{ext[0]}.__init__")
+            # A class of the package with no __init__ of its own (a dataclass, a NamedTuple):
+            # resolved, with nothing of the package's code to call.
+            return CallSite(caller, line, text, "resolved", (), "constructor",
+                            f"generated __init__ of {ref.name}")
         if ref.kind == "instance":
             fn = self.resolver.find_method(ref.name, "__call__")
             if fn is None and self.resolver.external_bases(ref.name):
@@ -511,13 +516,16 @@ def _why(func: ast.expr, scope: _Scope) -> str:
     root = func
     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
         root = root.func if isinstance(root, ast.Call) else root.value
-    if isinstance(root, ast.Name):
-        s: _Scope | None = scope
-        while s is not None:
-            if root.id in s.locals and root.id not in s.hints:
-                return f"type of local {root.id!r} unknown"
-            s = s.parent
-        if isinstance(func, ast.Attribute):
-            return f"attribute {func.attr!r} not found on the type of {_callee_text(func.value)!r}"
-        return f"name {root.id!r} not found"
-    return f"callee is a {type(func).__name__} expression"
+    if not isinstance(root, ast.Name):
+        return f"callee is a {type(func).__name__} expression"
+    s: _Scope | None = scope
+    while s is not None:
+        typed = (s.self_ref is not None and s.self_ref[0] == root.id) or root.id in s.hints
+        if typed:
+            break
+        if root.id in s.locals:
+            return f"type of local {root.id!r} unknown"
+        s = s.parent
+    if isinstance(func, ast.Attribute):
+        return f"attribute {func.attr!r} not found on the type of {_callee_text(func.value)!r}"
+    return f"name {root.id!r} not found"

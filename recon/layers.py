@@ -1,12 +1,14 @@
 """Squash image layers the way the Docker engine does, keeping only the package we want.
 
-Layers are read **top-down** (newest first) in one streaming pass. The first
-layer to mention a path owns it; lower layers only fill in what no upper
-layer mentioned, whited out (``.wh.NAME``), made opaque (``.wh..wh..opq``) or
-replaced with a non-directory above it. This gives the engine's result
-without ever materialising the whole filesystem, so memory stays bounded
-whatever the image size, and only files under candidate package folders are
-written (through :class:`recon.writer.TreeWriter`, which cannot escape its root).
+Each layer is streamed once (in parallel, one worker per core), writing only
+the files under candidate package folders into a per-layer scratch folder;
+then the layers are merged **top-down**: the first layer to mention a path
+owns it; lower layers only fill in what no upper layer mentioned, whited out
+(``.wh.NAME``), made opaque (``.wh..wh..opq``) or replaced with a
+non-directory above it. This gives the engine's result without ever
+materialising the whole filesystem, so memory stays bounded whatever the
+image size; every write goes through :class:`recon.writer.TreeWriter`,
+which cannot escape its root.
 
 Along the way the pass records the small facts needed to decide which copy of
 the package the image's own Python would import: top-level names per
@@ -17,11 +19,16 @@ files, ``.pth`` files, and every symlink (resolved virtually, never on the host)
 from __future__ import annotations
 
 import fnmatch
+import os
 import posixpath
 import re
+import shutil
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
+from pathlib import Path
 from typing import IO
 
 from .errors import ReconError, UnsafeArchiveError
@@ -81,19 +88,69 @@ def _ancestors(path: str) -> Iterable[str]:
         i = path.rfind("/")
 
 
+@dataclass
+class LayerScan:
+    """Phase one's view of one layer, taken without knowing the layers above it.
+
+    ``names``/``kinds`` list every entry in tar order (markers excluded);
+    package files were written to the layer's own scratch folder and are
+    listed in ``captured``; small metadata files are kept in memory.
+    """
+
+    index: int
+    scratch: Path
+    names: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    whiteouts: set[str] = field(default_factory=set)
+    opaques: set[str] = field(default_factory=set)
+    captured: dict[str, Captured] = field(default_factory=dict)
+    skipped: dict[str, dict[str, object]] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    symlinks: dict[str, str] = field(default_factory=dict)
+    written: int = 0
+    paths: set[int] = field(default_factory=set)  # hashes of every entry's path
+    nondirs: set[int] = field(default_factory=set)  # hashes of non-directory paths
+
+
+@dataclass
+class Hider:
+    """What a set of upper layers hides; used to skip writing files already known to be hidden.
+
+    Hiding is monotone (more upper layers only hide more), so knowing some of
+    the upper layers is enough to skip safely; the merge decides for real.
+    """
+
+    paths: set[int] = field(default_factory=set)
+    nondirs: set[int] = field(default_factory=set)
+    whiteouts: set[str] = field(default_factory=set)
+    opaques: set[str] = field(default_factory=set)
+
+    def hides(self, name: str) -> bool:
+        return hash(name) in self.paths or name in self.whiteouts or any(
+            a in self.whiteouts or a in self.opaques or hash(a) in self.nondirs
+            for a in _ancestors(name))
+
+
 class Squasher:
-    """One top-down pass over an image's layers.
+    """Squash an image's layers, keeping the files of the named packages.
+
+    Phase one scans layers **in parallel** (each independently: decompress,
+    parse, write candidate package files into a per-layer scratch folder).
+    Phase two walks the scans **top-down**: the first layer to mention a path
+    owns it; lower layers only fill in what no upper layer mentioned, whited
+    out (``.wh.NAME``), made opaque (``.wh..wh..opq``) or replaced with a
+    non-directory above it. Visible files are renamed into the final tree.
 
     ``roots`` are folders (image-root-relative) whose children are top-level
     importable names: every ``site-packages``/``dist-packages`` is found by
-    pattern, extra roots (``PYTHONPATH``, ``.pth`` targets, resolved package
+    pattern; extra roots (``PYTHONPATH``, ``.pth`` targets, resolved package
     symlinks) are given. ``packages`` names the top-level packages to capture.
     """
 
     def __init__(self, writer: TreeWriter, *, packages: Iterable[str], extra_roots: Iterable[str] = (),
                  include: Iterable[str] = (), all_files: bool = False,
                  limits: CaptureLimits | None = None, only_roots: bool = False,
-                 progress: ProgressFn | None = None) -> None:
+                 progress: ProgressFn | None = None, workers: int | None = None) -> None:
         self.writer = writer
         self.packages = set(packages)
         self.extra_roots = sorted({r.strip("/") for r in extra_roots if r.strip("/")}, key=len,
@@ -103,8 +160,11 @@ class Squasher:
         self.limits = limits or CaptureLimits()
         self.only_roots = only_roots  # second pass: capture only under extra_roots
         self.progress = progress
+        self.workers = workers or min(2, os.cpu_count() or 1)
         self.result = ScanResult()
+        self._lock = threading.Lock()
         self._total = 0
+        self._finished: dict[int, LayerScan] = {}  # scans done so far, by layer index
 
     # -- classification ------------------------------------------------------
     def _split(self, path: str) -> tuple[str, str] | None:
@@ -127,138 +187,162 @@ class Squasher:
         base = posixpath.basename(rest)
         return not any(fnmatch.fnmatchcase(base, g) for g in BINARY_GLOBS)
 
+    def _is_metadata(self, rest: str, kind: str) -> bool:
+        top = rest.split("/", 1)[0]
+        if top.endswith((".dist-info", ".egg-info")):
+            return rest.endswith(("/METADATA", "/PKG-INFO")) or ("/" not in rest and kind == FILE)
+        if "/" not in rest and rest.endswith(".pth"):
+            return kind == FILE
+        return rest.startswith("__editable__") and rest.endswith(".py") and kind == FILE
+
     # -- the pass ------------------------------------------------------------
     def run(self, image: Image) -> ScanResult:
-        upper_paths: set[int] = set()
-        upper_nondirs: set[int] = set()
-        upper_whiteouts: set[str] = set()
-        upper_opaques: set[str] = set()
-        for layer in reversed(image.layers):
-            where = f"layer {layer.index} ({layer.digest[:19]})"
-            cur_paths: set[int] = set()
-            cur_nondirs: set[int] = set()
-            cur_wh: set[str] = set()
-            cur_opq: set[str] = set()
-            pending_links: dict[str, list[str]] = {}
-            written_here: set[str] = set()
-            if self.progress:
-                self.progress(layer, "start")
+        scratch_base = self.writer.root.parent / f".layers-{id(self):x}"
+        scans: list[LayerScan] = []
+        try:
+            order = list(reversed(image.layers))  # the top layer first: its scan is needed first
+            if self.workers > 1 and len(order) > 1:
+                with ThreadPoolExecutor(self.workers) as pool:
+                    futures = [pool.submit(self._scan, layer, scratch_base / str(layer.index))
+                               for layer in order]
+                    try:
+                        scans = [f.result() for f in futures]
+                    except BaseException:
+                        for f in futures:
+                            f.cancel()
+                        raise
+            else:
+                scans = [self._scan(layer, scratch_base / str(layer.index)) for layer in order]
+            self._merge(scans)
+        finally:
+            shutil.rmtree(scratch_base, ignore_errors=True)
+        return self.result
+
+    def _scan(self, layer: Layer, scratch: Path) -> LayerScan:
+        """Phase one for one layer: no knowledge of other layers needed."""
+        where = f"layer {layer.index} ({layer.digest[:19]})"
+        scan = LayerScan(layer.index, scratch)
+        pending: dict[str, list[str]] = {}
+        if self.progress:
+            self.progress(layer, "start")
+        known = -1
+        hider = Hider()
+        with TreeWriter(scratch) as out:
             for n, entry in enumerate(layer.entries()):
-                self.result.entries_seen += 1
-                if self.progress and n % 512 == 0:
-                    self.progress(layer, "advance")
+                if n % 512 == 0:
+                    if self.progress:
+                        self.progress(layer, "advance")
+                    if len(self._finished) != known:
+                        known, hider = self._hider_above(layer.index)
                 name = entry.name
                 if name.startswith("/"):
                     raise UnsafeArchiveError(f"absolute path in layer: {name!r}", where=where)
                 if not name:
                     continue
                 name = clean_relpath(name, where=where)
-                base = posixpath.basename(name)
-                parent = posixpath.dirname(name)
+                base = name.rpartition("/")[2]
                 if base.startswith(".wh."):
+                    parent = name.rpartition("/")[0]
                     if base == ".wh..wh..opq":
-                        cur_opq.add(parent)
+                        scan.opaques.add(parent)
                     elif not base.startswith(".wh..wh."):
-                        cur_wh.add(posixpath.join(parent, base[4:]))
+                        scan.whiteouts.add(f"{parent}/{base[4:]}" if parent else base[4:])
                     continue
+                scan.names.append(name)
+                scan.kinds.append(entry.kind)
                 h = hash(name)
-                if h in cur_paths:
-                    self.result.duplicates += 1
-                cur_paths.add(h)
-                if entry.kind != DIR:
-                    cur_nondirs.add(h)
+                scan.paths.add(h)
                 if entry.kind == DIR:
                     continue
-                if h in upper_paths or name in upper_whiteouts or any(
-                    a in upper_whiteouts or a in upper_opaques or hash(a) in upper_nondirs
-                    for a in _ancestors(name)
-                ):
-                    continue  # hidden by an upper layer
-                self._visible(entry, name, layer, where, pending_links, written_here)
-            if pending_links:
-                self._resolve_hardlinks(layer, pending_links, where)
-            if self.progress:
-                self.progress(layer, "done")
-            upper_paths |= cur_paths
-            upper_nondirs |= cur_nondirs
-            upper_whiteouts |= cur_wh
-            upper_opaques |= cur_opq
-        return self.result
+                scan.nondirs.add(h)
+                self._take(entry, name, layer, scan, out, where, pending, hider)
+            if pending:
+                self._resolve_hardlinks(layer, scan, out, pending, where)
+        with self._lock:
+            self._finished[layer.index] = scan
+        if self.progress:
+            self.progress(layer, "done")
+        return scan
 
-    def _visible(self, entry: Entry, name: str, layer: Layer, where: str,
-                 pending_links: dict[str, list[str]], written_here: set[str]) -> None:
-        res = self.result
+    def _hider_above(self, index: int) -> tuple[int, Hider]:
+        with self._lock:
+            done = [s for i, s in self._finished.items() if i > index]
+            count = len(self._finished)
+        hider = Hider()
+        for s in done:
+            hider.paths |= s.paths
+            hider.nondirs |= s.nondirs
+            hider.whiteouts |= s.whiteouts
+            hider.opaques |= s.opaques
+        return count, hider
+
+    def _take(self, entry: Entry, name: str, layer: Layer, scan: LayerScan, out: TreeWriter,
+              where: str, pending: dict[str, list[str]], hider: Hider) -> None:
         if entry.kind == SYMLINK:
-            res.symlinks[name] = entry.linkname or ""
-        if PYTHON_BIN_RE.search(name) and entry.kind in (FILE, SYMLINK, HARDLINK):
-            res.pythons.add(name)
+            scan.symlinks[name] = entry.linkname or ""
         if name.endswith("/pyvenv.cfg") and entry.kind == FILE:
-            self._remember(entry, name, layer, where)
+            self._remember(entry, name, scan)
         split = self._split(name)
         if split is None:
             return
         root, rest = split
-        top = rest.split("/", 1)[0]
-        res.tops.setdefault(root, set()).add(top)
-        if top.endswith((".dist-info", ".egg-info")):
-            if rest.endswith(("/METADATA", "/PKG-INFO")) or ("/" not in rest and entry.kind == FILE):
-                self._remember(entry, name, layer, where)
+        if self._is_metadata(rest, entry.kind):
+            self._remember(entry, name, scan)
             return
-        if "/" not in rest and rest.endswith(".pth") and entry.kind == FILE:
-            self._remember(entry, name, layer, where)
-            return
-        if rest.startswith("__editable__") and rest.endswith(".py") and entry.kind == FILE:
-            self._remember(entry, name, layer, where)
-            return
-        if top not in self.packages:
+        if rest.split("/", 1)[0] not in self.packages:
             return
         if entry.kind == OTHER:
             raise UnsafeArchiveError(f"device file, FIFO or socket inside the package: {name!r}",
                                      where=where)
         if not self._wanted(rest):
             if entry.kind in (FILE, HARDLINK):
-                res.skipped[name] = {"size": entry.size, "layer": layer.index}
+                scan.skipped[name] = {"size": entry.size, "layer": layer.index}
             return
+        if hider.hides(name):
+            return  # an upper layer already scanned hides it: no need to write it
         if entry.kind == SYMLINK:
-            self.writer.symlink(name, entry.linkname or "", where=where)
-            res.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
+            out.symlink(name, entry.linkname or "", where=where)
+            scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
             return
         if entry.kind == HARDLINK:
             target = clean_relpath(entry.linkname or "", where=where)
-            src = self.writer.open_read(target) if target in written_here else None
+            src = out.open_read(target) if target in scan.captured else None
             if src is None:
-                pending_links.setdefault(target, []).append(name)
+                pending.setdefault(target, []).append(name)
                 return
             with src:
-                self._write(name, src, layer, where)
-            written_here.add(name)
+                self._write(out, name, src, layer, scan, where)
             return
         if entry.size > self.limits.max_file_size:
             raise UnsafeArchiveError(
                 f"entry {name!r} is {entry.size} bytes, over the size cap of "
                 f"{self.limits.max_file_size} (raise it with --max-file-size)", where=where)
         assert entry.open is not None
-        self._write(name, entry.open(), layer, where)
-        written_here.add(name)
+        self._write(out, name, entry.open(), layer, scan, where)
 
-    def _write(self, name: str, src: IO[bytes], layer: Layer, where: str) -> None:
-        size, sha = self.writer.write_stream(name, src, where=where, limit=self.limits.max_file_size)
-        self._total += size
-        if self._total > self.limits.max_total_size:
+    def _write(self, out: TreeWriter, name: str, src: IO[bytes], layer: Layer, scan: LayerScan,
+               where: str) -> None:
+        size, sha = out.write_stream(name, src, where=where, limit=self.limits.max_file_size)
+        scan.written += size
+        with self._lock:
+            self._total += size
+            over = self._total > self.limits.max_total_size
+        if over:
             raise UnsafeArchiveError(
                 f"package files add up to more than {self.limits.max_total_size} bytes "
                 "(raise the cap with --max-total-size)", where=where)
-        self.result.captured[name] = Captured(name, "file", size, sha, layer.index)
+        scan.captured[name] = Captured(name, "file", size, sha, layer.index)
 
-    def _remember(self, entry: Entry, name: str, layer: Layer, where: str) -> None:
+    def _remember(self, entry: Entry, name: str, scan: LayerScan) -> None:
         if entry.kind != FILE or entry.open is None or entry.size > SMALL_FILE:
             return
         with entry.open() as fh:
             data = fh.read(SMALL_FILE)
-        self.result.metadata[name] = (data.decode("utf-8", "replace"), layer.index)
+        scan.metadata[name] = data.decode("utf-8", "replace")
 
-    def _resolve_hardlinks(self, layer: Layer, pending: dict[str, list[str]], where: str) -> None:
-        """Fetch hardlink targets that were hidden or out of scope by reading the layer again."""
+    def _resolve_hardlinks(self, layer: Layer, scan: LayerScan, out: TreeWriter,
+                           pending: dict[str, list[str]], where: str) -> None:
+        """Fetch hardlink targets that were out of scope by reading the layer again."""
         for entry in layer.entries():
             if entry.kind != FILE or not entry.name:
                 continue
@@ -270,18 +354,80 @@ class Squasher:
                 raise UnsafeArchiveError(f"hardlink target {name!r} is over the size cap", where=where)
             assert entry.open is not None
             first, *rest = links
-            self._write(first, entry.open(), layer, where)
+            self._write(out, first, entry.open(), layer, scan, where)
             for other in rest:
-                src = self.writer.open_read(first)
+                src = out.open_read(first)
                 if src is not None:
                     with src:
-                        self._write(other, src, layer, where)
+                        self._write(out, other, src, layer, scan, where)
             if not pending:
                 break
         if pending:
             target, links = next(iter(pending.items()))
             raise UnsafeArchiveError(f"hardlink {links[0]!r} points to {target!r}, which is not in "
                                      "the same layer", where=where)
+
+    def _merge(self, scans: list[LayerScan]) -> None:
+        """Phase two: top-down visibility; move visible package files into the final tree."""
+        res = self.result
+        upper_paths: set[int] = set()
+        upper_nondirs: set[int] = set()
+        upper_whiteouts: set[str] = set()
+        upper_opaques: set[str] = set()
+        for scan in scans:  # top layer first
+            cur_paths: set[int] = set()
+            cur_nondirs: set[int] = set()
+            layer_root = TreeWriter(scan.scratch) if scan.captured else None
+            try:
+                for name, kind in zip(scan.names, scan.kinds, strict=True):
+                    res.entries_seen += 1
+                    h = hash(name)
+                    if h in cur_paths:
+                        res.duplicates += 1
+                        continue  # the scan already kept the last of the duplicates
+                    cur_paths.add(h)
+                    if kind == DIR:
+                        continue
+                    cur_nondirs.add(h)
+                    if h in upper_paths or name in upper_whiteouts or any(
+                        a in upper_whiteouts or a in upper_opaques or hash(a) in upper_nondirs
+                        for a in _ancestors(name)
+                    ):
+                        continue  # hidden by an upper layer
+                    self._visible(name, kind, scan, layer_root)
+            finally:
+                if layer_root is not None:
+                    layer_root.close()
+            upper_paths |= cur_paths
+            upper_nondirs |= cur_nondirs
+            upper_whiteouts |= scan.whiteouts
+            upper_opaques |= scan.opaques
+            res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
+
+    def _visible(self, name: str, kind: str, scan: LayerScan, layer_root: TreeWriter | None) -> None:
+        res = self.result
+        if kind == SYMLINK and name in scan.symlinks:
+            res.symlinks[name] = scan.symlinks[name]
+        if PYTHON_BIN_RE.search(name) and kind in (FILE, SYMLINK, HARDLINK):
+            res.pythons.add(name)
+        if name in scan.metadata:
+            res.metadata[name] = (scan.metadata[name], scan.index)
+        split = self._split(name)
+        if split is None:
+            return
+        root, rest = split
+        res.tops.setdefault(root, set()).add(rest.split("/", 1)[0])
+        if name in scan.skipped:
+            res.skipped[name] = scan.skipped[name]
+        cap = scan.captured.get(name)
+        if cap is None or layer_root is None:
+            return
+        where = f"layer {scan.index}"
+        if cap.kind == "symlink":
+            self.writer.symlink(name, cap.target or "", where=where)
+        else:
+            layer_root.move_into(name, self.writer, where=where)
+        res.captured[name] = cap
 
 
 # --- virtual symlink resolution ------------------------------------------------

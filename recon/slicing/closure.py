@@ -177,18 +177,14 @@ class Walker:
         model = self.mods.require(module)
         canonical = f"{module}:{'.'.join(path)}"
         res = self.resolve(module, path[0], (model.rel, 0))
-        if res.kind not in ("class", "value"):
+        if res.kind not in ("class", "value") or res.index < 0:
             raise ReconError(self._not_found(model, path[0], canonical))
         tmod = self.mods.require(res.module)
         unit = tmod.units[res.index]
         if len(path) == 1:
+            kind = "class" if res.kind == "class" else "function"
             if res.kind == "class":
                 self.use_class(res.module, res.index, "whole")
-                kind = "class"
-            elif unit.kind == "def":
-                kind = "function"
-            else:
-                kind = "function"
             self._drain()
             return TargetInfo(canonical, module, path, kind, tmod.rel, unit.start,
                               f"{res.module}:{path[0]}")
@@ -231,19 +227,8 @@ class Walker:
         if name in cm.member_bindings:
             return mod, idx, cm.member_bindings[name][-1]
         for base in cm.node.bases:
-            root = base
-            chain: list[str] = []
-            while isinstance(root, ast.Attribute):
-                chain.insert(0, root.attr)
-                root = root.value
-            if not isinstance(root, ast.Name):
-                continue
-            res = self.resolve(mod, root.id, (model.rel, base.lineno))
-            for part in chain:
-                if res.kind != "module":
-                    break
-                res = self.resolve(res.module, part, (model.rel, base.lineno))
-            if res.kind == "class":
+            res = self._resolve_expr(model, base)
+            if res is not None and res.kind == "class":
                 found = self._find_method(res.module, res.index, name, seen)
                 if found:
                     return found

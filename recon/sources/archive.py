@@ -12,6 +12,7 @@ compression (gzip, zstd, none) is sniffed from the bytes, not the media type.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import tarfile
 from collections.abc import Iterator
@@ -25,6 +26,43 @@ _INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 }
+
+
+class _Window(io.RawIOBase):
+    """A seekable read-only view of ``size`` bytes at ``offset`` of a file, with its own handle."""
+
+    def __init__(self, path: Path, offset: int, size: int) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._start = offset
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        return self._pos
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), self._size - self._pos)
+        if want <= 0:
+            return 0
+        self._fh.seek(self._start + self._pos)
+        n = self._fh.readinto(memoryview(buf)[:want])
+        self._pos += n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 class BlobStore:
@@ -61,10 +99,10 @@ class BlobStore:
         if member is not None and member.issym():
             target = str(Path(name).parent / member.linkname)
             member = self._members.get(target)
-        fh = self._tar.extractfile(member) if member is not None else None
-        if fh is None:
+        if member is None or not member.isreg():
             raise ReconError(f"missing blob {name}", where=str(self.path))
-        return fh
+        # A private file handle per blob: layers are read by several threads at once.
+        return io.BufferedReader(_Window(self.path, member.offset_data, member.size), 1 << 20)
 
     def size(self, name: str) -> int:
         if self._tar is None:
