@@ -9,7 +9,6 @@ an upper layer are fetched by reading the same layer again.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import tarfile
 from collections.abc import Callable, Iterator
