@@ -156,13 +156,13 @@ def package_version(scan: ScanResult, copy: Copy, dists: list[dict[str, str]],
                     src_files: dict[str, bytes | None]) -> str | None:
     want = canonicalize_name(copy.package)
     same_root = [d for d in dists if canonicalize_name(d["name"]) == want and d["location"] == "/" + copy.root]
-    anywhere = [d for d in dists if canonicalize_name(d["name"]) == want]
-    for group in (same_root, anywhere):
-        if group:
-            return group[0]["version"]
+    if same_root:
+        return same_root[0]["version"]
+    # the copy's own source says best what it is (a checkout on PYTHONPATH, an editable install)
     for data in src_files.values():
         if data:
             m = re.search(rb"""__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", data)
             if m:
                 return m.group(1).decode()
-    return None
+    anywhere = [d for d in dists if canonicalize_name(d["name"]) == want]
+    return anywhere[0]["version"] if anywhere else None

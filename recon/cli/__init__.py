@@ -48,7 +48,9 @@ for _name in VERB_MODULES:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and rc:  # typer.Exit(n) comes back as a return value here
+            sys.exit(rc)
     except ReconError as err:
         typer.echo(f"recon: error: {err}", err=True)
         sys.exit(err.exit_code)
