@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import ReconError
 from ..slicing import Py, RunFailed, RunResult, build_slice, run_function
-from ..snapshot import Snapshot
+from ..snapshotter import ensure_snapshot
 from .output import console, emit_json, err_console
 
 SLICE_HELP = """Cut target functions out of a snapshot into one standalone Python module.
@@ -56,14 +56,14 @@ def _json_values(items: list[str], flag: str, py_flag: str) -> dict[str, Any]:
 
 
 def slice_cmd(
-    snapshot: str = typer.Argument(..., help="Snapshot name or folder."),
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0)."),
     qualnames: list[str] = typer.Argument(..., help="Targets: package.module:Class.method"),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the module here."),
     stub: list[str] = typer.Option([], "--stub", help="Name supplied at run time: do not walk "
                                                       "into it (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the slice's metadata as JSON."),
 ) -> None:
-    snap = Snapshot.open(snapshot)
+    snap = ensure_snapshot(snapshot)
     sl = build_slice(snap, qualnames, stubs=stub)
     if out is not None:
         sl.write(out)
@@ -108,7 +108,7 @@ def _slice_tables(meta: dict[str, Any], out: Path) -> None:
 
 
 def run_cmd(
-    snapshot: str = typer.Argument(..., help="Snapshot name or folder."),
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0)."),
     qualname: str = typer.Argument(..., help="Target: package.module:Class.method"),
     config: Path | None = typer.Option(None, "--config", help="Model config.json (or its folder)."),
     arg: list[str] = typer.Option([], "--arg", help="NAME=JSON argument (repeatable)."),
@@ -134,7 +134,7 @@ def run_cmd(
     attrs: dict[str, Any] = _json_values(self_attr, "--self", "--self-py")
     attrs.update({k: Py(v) for k, v in _pairs(self_py, "--self-py")})
     try:
-        res = run_function(Snapshot.open(snapshot), qualname, args=args, self_attrs=attrs,
+        res = run_function(ensure_snapshot(snapshot), qualname, args=args, self_attrs=attrs,
                            config=config, stubs=dict(_pairs(stub, "--stub")),
                            stub_file=stub_file, forbid=forbid, real=real, absent=absent,
                            env=dict(_pairs(env, "--env")), timeout=timeout, memory_mb=memory)
