@@ -160,7 +160,7 @@ class Squasher:
         self.limits = limits or CaptureLimits()
         self.only_roots = only_roots  # second pass: capture only under extra_roots
         self.progress = progress
-        self.workers = workers or min(2, os.cpu_count() or 1)
+        self.workers = workers or int(os.environ.get("RECON_LAYER_WORKERS") or min(2, os.cpu_count() or 1))
         self.result = ScanResult()
         self._lock = threading.Lock()
         self._total = 0

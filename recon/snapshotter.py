@@ -185,7 +185,7 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
 
         whl = fetch_wheel(text[4:])
         key = whl.name
-        source = f"wheel:{whl}"
+        source = f"wheel:{whl}" if "==" not in text else text  # exact pins keep the pip: reference
     else:
         key = text
     extra = "" if not kwargs else repr(sorted(kwargs.items()))

@@ -121,10 +121,8 @@ def snapshot_cmd(
     if source == "show":
         if not name:
             raise typer.BadParameter("recon snapshot show NAME")
-        from ..paths import snapshots_dir
-
-        ref = name if out is None or Path(name).exists() else str(Path(out) / name)
-        _show(Snapshot.open(ref if out else name if Path(name).exists() else str(snapshots_dir() / name)), as_json)
+        ref = str(out / name) if out is not None and not Path(name).exists() else name
+        _show(Snapshot.open(ref), as_json)
         return
     limits = CaptureLimits(_parse_size(max_file_size), _parse_size(max_total_size), _parse_size(max_layer_size))
     show_progress = not (as_json or quiet) and err_console.is_terminal
