@@ -160,7 +160,7 @@ def _walk(cg: CallGraph, start: str, depth: int, direction: str, budget: Budget,
                 return dist
             if q == stop:
                 continue
-            neighbours = cg.callers(q) if direction == "up" else cg.successors(q)
+            neighbours = cg.callers(q, budget) if direction == "up" else cg.successors(q)
             for n in neighbours:
                 if n not in dist:
                     dist[n] = level

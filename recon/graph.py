@@ -28,6 +28,7 @@ Budgets (seconds, nodes) turn a runaway query into a partial answer marked
 from __future__ import annotations
 
 import ast
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -78,12 +79,13 @@ class Budget:
 class _Scope:
     """What names mean inside one function body (or a module body)."""
 
-    __slots__ = ("fn", "module", "hints", "locals", "parent", "self_ref", "class_q")
+    __slots__ = ("fn", "module", "hints", "alts", "locals", "parent", "self_ref", "class_q")
 
     def __init__(self, module: str, fn: FunctionInfo | None, parent: _Scope | None) -> None:
         self.fn = fn
         self.module = module
         self.hints: dict[str, str | Ref] = {}  # local name -> type hint text or a resolved Ref
+        self.alts: dict[str, list[str | Ref]] = {}  # names bound to several things (branches)
         self.locals: set[str] = set()  # every name bound locally (shadows module globals)
         self.parent = parent
         self.self_ref: tuple[str, Ref] | None = None  # ("self", instance ref) for methods
@@ -129,17 +131,27 @@ class CallGraph:
                 self._edge(qualname, sub.qualname, "override", sub.def_lineno)
         return sites
 
-    def callers(self, qualname: str) -> list[str]:
-        """Functions (and module bodies) that call ``qualname``, plus overridden ancestor methods."""
+    def callers(self, qualname: str, budget: Budget | None = None) -> list[str]:
+        """Functions (and module bodies) that call ``qualname``, plus overridden ancestor methods.
+
+        With a ``budget``, the search stops when it runs out (a common name such
+        as ``forward`` has thousands of candidate callers); the node is then not
+        marked as done, so a later call with more budget completes it.
+        """
         if qualname not in self._callers_done:
-            self._callers_done.add(qualname)
             self.add_node(qualname)
             fn = self.index.functions.get(qualname)
+            complete = True
             if fn is not None:
-                for cand in self._candidates(fn):
-                    self.callees(cand)  # adds the edges to qualname when there are some
                 for anc in self.resolver.overridden(fn):
                     self._edge(anc.qualname, qualname, "override", fn.def_lineno)
+                for cand in self._candidates(fn):
+                    if budget is not None and budget.exhausted(self.graph):
+                        complete = False
+                        break
+                    self.callees(cand)  # adds the edges to qualname when there are some
+            if complete:
+                self._callers_done.add(qualname)
         return sorted(self.graph.predecessors(qualname))
 
     def successors(self, qualname: str) -> list[str]:
@@ -181,8 +193,7 @@ class CallGraph:
         names = {fn.short}
         if fn.short in CONSTRUCTORS and fn.class_name is not None:
             names = {fn.class_name.rsplit(".", 1)[-1]}  # Foo(...)
-            cls = f"{fn.module}:{fn.class_name}"
-            subs = {f"{split_qualname(s)[0]}:{split_qualname(s)[1]}" for s in self.resolver.subclasses(cls)}
+            subs = set(self.resolver.subclasses(f"{fn.module}:{fn.class_name}"))
             # super().__init__() in subclasses, and direct Base.__init__(self) calls
             out = set()
             for q in by_call.get(fn.short, ()):
@@ -192,7 +203,17 @@ class CallGraph:
                     out.add(q)
             out.update(q for n in names for q in by_call.get(n, ()))
             return sorted(out)
+        if fn.short in ("forward", "__call__") and fn.class_name is not None:
+            # module(x) calls forward through __call__: look for calls of the attributes
+            # typed with this class (self.qkv_proj = ColumnParallelLinear(...)).
+            names |= self._attributes_of_type(fn.class_name.rsplit(".", 1)[-1])
         return sorted({q for n in names for q in by_call.get(n, ())})
+
+    def _attributes_of_type(self, class_short: str) -> set[str]:
+        """Attribute names whose recorded type hint mentions ``class_short`` (cheap text test)."""
+        pattern = re.compile(rf"(?<![\w.]){re.escape(class_short)}\b|\.{re.escape(class_short)}\b")
+        return {attr for cls in self.index.classes.values() for attr, hint in cls.attributes.items()
+                if pattern.search(hint)}
 
     def _call_table(self) -> dict[str, list[str]]:
         if self._by_call is None:
@@ -228,6 +249,16 @@ class CallGraph:
             yield self._site(qualname, call, scope)
 
     def _site(self, caller: str, call: ast.Call, scope: _Scope) -> CallSite:
+        sites = [self._site_for(caller, call, s) for s in _variants(call.func, scope)]
+        if len(sites) == 1:
+            return sites[0]
+        resolved = [s for s in sites if s.status == "resolved"]
+        if not resolved:
+            return sites[0]
+        targets = tuple(dict.fromkeys(t for s in resolved for t in s.targets))
+        return resolved[0]._replace(targets=targets)
+
+    def _site_for(self, caller: str, call: ast.Call, scope: _Scope) -> CallSite:
         text = _callee_text(call.func)
         try:
             ref = self._expr(call.func, scope, 0)
@@ -291,7 +322,7 @@ class CallGraph:
             return Ref("external", literal)
         return None
 
-    def _name(self, name: str, scope: _Scope | None) -> Ref | None:
+    def _name(self, name: str, scope: _Scope | None, depth: int = 0) -> Ref | None:
         first = scope
         while scope is not None:
             if scope.self_ref is not None and scope.self_ref[0] == name:
@@ -300,12 +331,32 @@ class CallGraph:
             if hint is not None:
                 if isinstance(hint, Ref):
                     return hint
-                return self.resolver.hint(scope.module, hint)
+                return self._local_hint(name, hint, scope, depth)
             if name in scope.locals:
                 return None  # bound here, to something we cannot type
             scope = scope.parent
         module = first.module if first is not None else ""
         return self.resolver.lookup(module, name)
+
+    def _local_hint(self, name: str, hint: str, scope: _Scope, depth: int) -> Ref | None:
+        """A local's hint: ``x = y.z`` and ``x = f(...)`` are read in the function's own scope
+        (``model_config = vllm_config.model_config``); annotations in the module's."""
+        if depth > 8:
+            return None
+        if not (hint.startswith("=") or hint.endswith("()")):
+            return self.resolver.annotation(scope.module, hint)
+        path = hint[1:] if hint.startswith("=") else hint[:-2]
+        head, *rest = path.split(".")
+        # "x = x.attr" refers to the outer x: look it up past this binding
+        ref = self._name(head, scope.parent, depth + 1) if head == name else \
+            self._name(head, scope, depth + 1)
+        if ref is None and head == name and scope.parent is None:
+            ref = self.resolver.lookup(scope.module, head)
+        for attr in rest:
+            if ref is None:
+                return None
+            ref = self.resolver.member(ref, attr)
+        return self.resolver.call_result(ref) if hint.endswith("()") else ref
 
     # -- parsing on demand -----------------------------------------------------------
     def _function_node(self, fn: FunctionInfo) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -414,48 +465,50 @@ def _module_calls(tree: ast.Module) -> list[ast.Call]:
 
 def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
                     resolver: Resolver) -> None:
-    """Local names of a function: imports, nested defs, assignments with a recognisable type."""
+    """Local names of a function: imports, nested defs, assignments with a recognisable type.
+
+    A name bound to different things on different branches (``if v2: from a import
+    X as R`` / ``else: from b import Y as R``) keeps every binding in
+    ``scope.alts``, so a call through it gets an edge to each target.
+    """
     index = resolver.index
     info = scope.fn
     prefix = f"{info.name}.<locals>." if info is not None else ""
+    found: list[tuple[int, int, int, str, str | Ref]] = []  # (weak, line, col, name, hint)
+
+    def bind(node: ast.AST, name: str, hint: str | Ref | None, strong: bool = False) -> None:
+        scope.locals.add(name)
+        if hint is not None:
+            found.append((0 if strong else 1, node.lineno, node.col_offset, name, hint))  # type: ignore[attr-defined]
+
     for node in _own_nodes(fn.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             q = f"{scope.module}:{prefix}{node.name}"
-            scope.locals.add(node.name)
-            if q in index.classes:
-                scope.hints[node.name] = Ref("class", q)
-            elif q in index.functions:
-                scope.hints[node.name] = Ref("function", q)
+            ref = (Ref("class", q) if q in index.classes
+                   else Ref("function", q) if q in index.functions else None)
+            bind(node, node.name, ref)
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                bound = alias.asname or alias.name.split(".", 1)[0]
                 target = alias.name if alias.asname else alias.name.split(".", 1)[0]
-                scope.locals.add(bound)
-                ref = resolver.resolve_dotted(target)
-                if ref is not None:
-                    scope.hints[bound] = ref
+                bind(node, alias.asname or target, resolver.resolve_dotted(target))
         elif isinstance(node, ast.ImportFrom):
             mod = _absolute(scope.module, index, node.module or "", node.level)
             for alias in node.names:
-                if alias.name == "*":
-                    continue
-                bound = alias.asname or alias.name
-                scope.locals.add(bound)
-                ref = resolver.resolve_dotted(f"{mod}.{alias.name}" if mod else alias.name)
-                if ref is not None:
-                    scope.hints[bound] = ref
+                if alias.name != "*":
+                    bind(node, alias.asname or alias.name,
+                         resolver.resolve_dotted(f"{mod}.{alias.name}" if mod else alias.name))
         elif isinstance(node, ast.Assign):
             hint = _value_hint(node.value)
             for target in node.targets:
                 for name in _bound_names(target):
-                    scope.locals.add(name)
-                    if hint is not None and isinstance(target, ast.Name) and name not in scope.hints:
-                        scope.hints[name] = hint
+                    bind(node, name, hint if isinstance(target, ast.Name) else None)
         elif isinstance(node, ast.AnnAssign):
             if isinstance(node.target, ast.Name):
-                scope.locals.add(node.target.id)
-                scope.hints[node.target.id] = ast.unparse(node.annotation)
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                bind(node, node.target.id, ast.unparse(node.annotation), strong=True)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            for name in _bound_names(node.target):
+                bind(node, name, None)
+        elif isinstance(node, ast.comprehension):
             for name in _bound_names(node.target):
                 scope.locals.add(name)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
@@ -463,9 +516,7 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
                 if item.optional_vars is not None:
                     hint = _value_hint(item.context_expr)
                     for name in _bound_names(item.optional_vars):
-                        scope.locals.add(name)
-                        if hint is not None and isinstance(item.optional_vars, ast.Name):
-                            scope.hints.setdefault(name, hint)
+                        bind(node, name, hint if isinstance(item.optional_vars, ast.Name) else None)
         elif isinstance(node, (ast.AugAssign, ast.NamedExpr)):
             for name in _bound_names(node.target):
                 scope.locals.add(name)
@@ -474,10 +525,45 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             for name in node.names:
                 scope.locals.discard(name)
+    found.sort(key=lambda t: (t[0], t[1], t[2]))
+    for weak, _, _, name, hint in found:
+        if name not in scope.hints:
+            scope.hints[name] = hint
+        if not weak:
+            continue
+        alts = scope.alts.setdefault(name, [])
+        if hint not in alts:
+            alts.append(hint)
+    for name in [n for n, alts in scope.alts.items() if len(alts) < 2]:
+        del scope.alts[name]
+
+
+def _variants(func: ast.expr, scope: _Scope) -> list[_Scope]:
+    """One scope per binding of the callee's root name when branches bind it differently."""
+    root = func
+    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if not isinstance(root, ast.Name):
+        return [scope]
+    s: _Scope | None = scope
+    while s is not None:
+        if root.id in s.hints or root.id in s.locals:
+            break
+        s = s.parent
+    if s is None or root.id not in s.alts:
+        return [scope]
+    out = []
+    for hint in s.alts[root.id]:
+        variant = _Scope(scope.module, scope.fn, scope.parent)
+        variant.hints, variant.alts, variant.locals = dict(scope.hints), {}, scope.locals
+        variant.self_ref, variant.class_q = scope.self_ref, scope.class_q
+        variant.hints[root.id] = hint  # for this call only; shadows an enclosing binding too
+        out.append(variant)
+    return out
 
 
 def _absolute(module: str, index: SnapshotIndex, name: str, level: int) -> str:
-    from .index.snapshot_index import absolute_module
+    from .index.models import absolute_module
 
     info = index.modules.get(module)
     return absolute_module(module, bool(info and info.is_package), name, level)

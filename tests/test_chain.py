@@ -199,3 +199,29 @@ def test_sglang_chain(sglang_latest: Snapshot) -> None:
     assert callers
     for q in callers:  # each caller's own source names the method
         assert "_init_track_ssm_indices(" in idx.source(q) or res.graph.edges[q, target.qualname]["kind"] == "override"
+
+
+def test_name_bound_differently_on_two_branches(vidx: SnapshotIndex, cg: CallGraph) -> None:
+    """Worker._make_model_runner imports a different class as GPUModelRunnerV2 on each branch."""
+    caller = "vllm.v1.worker.gpu_worker:Worker._make_model_runner"
+    src = vidx.source(caller)
+    assert "MMEncoderModelRunner as GPUModelRunnerV2" in src
+    assert "GPUModelRunner as GPUModelRunnerV2" in src
+    line = _call_line(vidx, caller, "return GPUModelRunnerV2(")
+    site = next(s for s in cg.callees(caller) if s.lineno == line and s.text == "GPUModelRunnerV2")
+    assert set(site.targets) == {"vllm.v1.worker.mm_encoder_model_runner:MMEncoderModelRunner.__init__",
+                                 "vllm.v1.worker.gpu.model_runner:GPUModelRunner.__init__"}
+    assert site.kind == "constructor"
+
+
+def test_common_name_stops_at_the_budget(vidx: SnapshotIndex) -> None:
+    """Callers of a `forward` method (called as module(x)): the answer comes back partial."""
+    target = next(q for q in vidx.functions if q.endswith(":ColumnParallelLinear.forward"))
+    g = CallGraph(vidx)
+    assert len(g._candidates(vidx.functions[target])) > 500
+    res = chain(vidx, target, depth=4, budget=Budget(max_nodes=1000), callees=False, graph=g)
+    assert res.partial and res.reason and "node budget" in res.reason
+    assert res.target == target and res.callers  # what was found so far is kept
+    # a caller found is a real one: its source calls an attribute typed ColumnParallelLinear
+    first = next(iter(res.callers))
+    assert res.graph.has_edge(first, target) or res.callers[first] > 1

@@ -273,3 +273,19 @@ def test_sglang_track_indices(sglang_latest: Snapshot) -> None:
     assert fn.ast_hash and len(fn.ast_hash) == 32
     sha = hashlib.sha256(sglang_latest.read_bytes(path)).hexdigest()
     assert idx.modules[fn.module].sha256 == sha
+
+
+def test_records_pickle_and_json(vllm_latest: Snapshot) -> None:
+    import json
+    import pickle
+
+    from recon.index import as_json
+
+    idx = load_index(vllm_latest, paths=["vllm/platforms/interface.py", "vllm/platforms/cpu.py"])
+    back = pickle.loads(pickle.dumps(idx))
+    assert back.functions == idx.functions and back.modules == idx.modules
+    assert back.source(ALIGN) == idx.source(ALIGN)
+    data = json.loads(json.dumps(as_json(idx.lookup(ALIGN))))
+    assert data["qualname"] == ALIGN and data["params"][0]["name"] == "cls"
+    mod = json.loads(json.dumps(as_json(idx.modules["vllm.platforms.cpu"])))
+    assert mod["bindings"]["Platform"] == "vllm.platforms.interface.Platform"

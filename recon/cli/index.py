@@ -130,8 +130,8 @@ def chain_cmd(
     result = chain(idx, to, source=source, depth=depth, budget=Budget(seconds=budget, max_nodes=max_nodes),
                    callers=direction != "callees", callees=direction != "callers")
     kept = keep_files(idx, result, keep, dest=out, force=force) if keep else None
-    if fmt != "tree":
-        picture = render(idx, result, fmt)
+    picture = render(idx, result, fmt) if fmt != "tree" else None
+    if picture is not None:
         if output is not None:
             write_picture(picture, output)
         elif not as_json:
@@ -141,8 +141,8 @@ def chain_cmd(
         data = result.to_json()
         if kept is not None:
             data["kept"] = {"path": str(kept.root), "files": sorted(kept.files)}
-        if output is not None:
-            data["picture"] = str(output)
+        if picture is not None:
+            data["picture"] = str(output) if output is not None else picture
         emit_json(data)
         return
     _print_chain(idx, result, show_unresolved)

@@ -9,6 +9,11 @@ Public API (other parts of recon build on these names)::
     idx.source(fn.qualname)                       # decorators included
     idx.modules["vllm.platforms"].bindings        # {"Platform": "vllm.platforms.interface.Platform", ...}
     idx.errors                                    # {path: "SyntaxError: ... (line 3)"}
+    idx.function_at(path, lineno)                 # innermost function holding a line
+    idx.function_ast(qualname)                    # just that def, parsed, file line numbers
+
+Name resolution (imports, re-exports, MRO, annotations) is
+:class:`recon.index.resolve.Resolver`; the call graph is :mod:`recon.graph`.
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ from .models import (
     IndexStats,
     ModuleInfo,
     Param,
+    absolute_module,
+    as_json,
+    module_name,
     split_qualname,
 )
-from .snapshot_index import SnapshotIndex, module_name
+from .snapshot_index import SnapshotIndex
 from .visitor import index_source
 
 __all__ = [
@@ -36,6 +44,8 @@ __all__ = [
     "ModuleInfo",
     "Param",
     "SnapshotIndex",
+    "absolute_module",
+    "as_json",
     "index_source",
     "load_index",
     "module_name",

@@ -2,9 +2,10 @@
 
 Parsing is CPU-bound and the GIL serializes it, so misses are parsed in a
 process pool (fork on Linux: workers start in milliseconds and inherit the
-generated serializers). Each worker parses, writes the cache entry itself
-and sends back the record's JSON text, which the parent decodes with the C
-JSON decoder; nothing but strings crosses the process boundary.
+generated serializers). Each worker parses a batch, writes it as one cache
+pack itself and sends back the records' JSON text, which the parent decodes
+with the C JSON decoder and enters in the cache catalog; nothing but strings
+crosses the process boundary.
 
 The cyclic garbage collector is paused while records are parsed or
 assembled: ASTs and index records hold no reference cycles, and the
@@ -27,7 +28,7 @@ from typing import Any
 
 from ..errors import ReconError
 from ..snapshot import Snapshot
-from .cache import IndexCache, decode, default_root, encode
+from .cache import IndexCache, decode, default_root, encode, new_pack_name, write_pack
 from .models import IndexStats
 from .snapshot_index import SnapshotIndex, assemble
 from .visitor import index_source
@@ -48,23 +49,25 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse_one(path: str, sha256: str, cache_root: str | None) -> str:
-    """Worker body: parse one file, store its record, return the record's JSON."""
+def _parse_one(path: str) -> str:
+    """Parse one file and return its record's JSON."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as err:
-        record: dict[str, Any] = {"v": None, "error": f"OSError: {err.strerror}", "lines": 0}
-        return encode(record)  # not cached: the next run retries
-    text = encode(index_source(data))
-    if cache_root is not None:
-        IndexCache(Path(cache_root)).put_text(sha256, text)
-    return text
+        return encode({"v": None, "error": f"OSError: {err.strerror}", "lines": 0})
+    return encode(index_source(data))
 
 
-def _parse_batch(batch: list[tuple[str, str]], cache_root: str | None) -> list[str]:
+def _parse_batch(batch: list[tuple[str, str]], cache_root: str | None, pack: str) -> list[str]:
+    """Worker body: parse a batch, store it as one cache pack, return the records' JSON."""
     gc.disable()  # the worker's own objects hold no cycles; see module docstring
-    return [_parse_one(path, sha, cache_root) for path, sha in batch]
+    texts = [_parse_one(path) for path, _ in batch]
+    if cache_root is not None:
+        # unreadable files (record version None) are not cached: the next run retries them
+        write_pack(Path(cache_root), pack, ((sha, text) for (_, sha), text in zip(batch, texts, strict=True)
+                                            if not text.startswith('{"v":null')))
+    return texts
 
 
 def _batches(items: list[tuple[str, str, int]], workers: int) -> list[list[tuple[str, str]]]:
@@ -115,10 +118,12 @@ def _collect(snap: Snapshot, files: list[Any], store: IndexCache, workers: int |
              stats: IndexStats) -> list[tuple[str, str, dict[str, Any]]]:
     """``(path, sha256, record)`` for ``files``, from the cache or parsed now."""
     records: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    shas = {f.path: f.sha256 or _sha256(snap.path(f.path)) for f in files}
+    found = store.get_many(shas.values())
     misses: list[tuple[str, str, int]] = []
     for f in files:
-        sha = f.sha256 or _sha256(snap.path(f.path))
-        rec = store.get(sha)
+        sha = shas[f.path]
+        rec = found.get(sha)
         if rec is not None:
             records[f.path] = (f.path, sha, rec)
         else:
@@ -128,30 +133,40 @@ def _collect(snap: Snapshot, files: list[Any], store: IndexCache, workers: int |
     if misses:
         nworkers = default_workers() if workers is None else workers
         root = str(store.root) if store.root is not None else None
-        for path, sha, text in _parse_all(snap, misses, nworkers, root, stats):
-            records[path] = (path, sha, decode(text) or _unreadable(text))
+        packed: dict[str, str] = {}
+        for path, sha, text, pack in _parse_all(snap, misses, nworkers, root, stats):
+            rec = decode(text)
+            if rec is None:
+                rec = _unreadable(text)
+            else:
+                packed[sha] = pack
+            records[path] = (path, sha, rec)
+        store.add(packed)
     return [records[f.path] for f in files]
 
 
 def _parse_all(snap: Snapshot, misses: list[tuple[str, str, int]], workers: int,
-               cache_root: str | None, stats: IndexStats) -> Iterator[tuple[str, str, str]]:
-    """Yield ``(path, sha256, record JSON)`` for every miss, in no particular order."""
+               cache_root: str | None, stats: IndexStats) -> Iterator[tuple[str, str, str, str]]:
+    """Yield ``(path, sha256, record JSON, pack name)`` for every miss."""
     src = str(snap.src)
     if workers <= 0 or len(misses) < POOL_THRESHOLD:
         stats.workers = 0
-        for path, sha, _ in misses:
-            yield path, sha, _parse_one(f"{src}/{path}", sha, cache_root)
+        batch = [(f"{src}/{p}", s) for p, s, _ in misses]
+        pack = new_pack_name()
+        for (path, sha, _), text in zip(misses, _parse_batch(batch, cache_root, pack), strict=True):
+            yield path, sha, text, pack
         return
     batches = _batches(misses, workers)
+    packs = [new_pack_name(i) for i in range(len(batches))]
     stats.workers = min(workers, len(batches))
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
     with ProcessPoolExecutor(max_workers=stats.workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_batch, [(f"{src}/{p}", s) for p, s in batch], cache_root)
-                   for batch in batches]
-        for batch, fut in zip(batches, futures, strict=True):
+        futures = [pool.submit(_parse_batch, [(f"{src}/{p}", s) for p, s in batch], cache_root, pack)
+                   for batch, pack in zip(batches, packs, strict=True)]
+        for batch, pack, fut in zip(batches, packs, futures, strict=True):
             for (path, sha), text in zip(batch, fut.result(), strict=True):
-                yield path, sha, text
+                yield path, sha, text, pack
 
 
 def _unreadable(text: str) -> dict[str, Any]:

@@ -1,19 +1,31 @@
-"""The per-file index cache: one JSON record per file content, keyed by its sha256.
+"""The index cache: one JSON record per file content, keyed by its sha256, stored in packs.
 
 A record depends only on the file's bytes and on the Python that parsed it
 (what parses, and the AST shape, change between Python versions), so the
 key is ``(record version, Python major.minor, sha256)``. Two snapshots that
-ship the same file share one entry; a second index of the same snapshot
-reads records and parses nothing. Entries are written through
-:func:`recon.writer.write_text` (temporary file + rename), so concurrent
-indexers never see half a record; a corrupt or foreign entry is a miss.
+ship the same file share one record; a second index of the same snapshot
+reads records and parses nothing.
+
+Records are written in packs, one per batch a worker parsed (a JSON-lines
+file of ``sha256<TAB>record``), plus a catalog mapping each sha256 to its
+pack. One file per record was measured first: writing 3,231 small files
+cost 2 s of CPU (mostly system time) against 7 s for parsing them, a quarter
+of a cold index; 16 packs cost almost nothing, and a warm load reads 16
+files instead of 3,231. Everything is written through
+:func:`recon.writer.write_text` (temporary file + rename), so a reader never
+sees half a pack. Concurrent indexers may lose each other's catalog
+entries (last writer wins): that only costs a re-parse later. A missing or
+corrupt pack is a miss.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,43 +33,85 @@ from ..paths import cache_dir
 from ..writer import write_text
 from .visitor import RECORD_VERSION
 
+CATALOG = "catalog.json"
+
 
 def default_root() -> Path:
-    """``<recon cache>/index/r<version>-py<X.Y>``: where records live."""
+    """``<recon cache>/index/r<version>-py<X.Y>``: where packs and the catalog live."""
     return cache_dir() / "index" / f"r{RECORD_VERSION}-py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
+def new_pack_name(n: int = 0) -> str:
+    """Unique across processes and runs: time, pid and a per-run number."""
+    return f"{time.time_ns():x}-{os.getpid()}-{n}"
+
+
+def write_pack(root: Path, name: str, entries: Iterable[tuple[str, str]]) -> None:
+    """Write ``(sha256, record JSON)`` pairs as one pack (a failure only costs speed)."""
+    text = "".join(f"{sha}\t{rec}\n" for sha, rec in entries)
+    with contextlib.suppress(OSError):
+        write_text(root / "packs" / f"{name}.jsonl", text)
+
+
 class IndexCache:
-    """Read and write per-file records under ``root`` (None: caching off)."""
+    """Looks records up by sha256 under ``root`` (None: caching off)."""
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
+        self._catalog: dict[str, str] | None = None
 
-    def entry(self, sha256: str) -> Path | None:
+    def catalog(self) -> dict[str, str]:
+        if self._catalog is None:
+            self._catalog = _read_catalog(self.root) if self.root is not None else {}
+        return self._catalog
+
+    def get_many(self, shas: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Records found for ``shas`` (absent ones are misses)."""
         if self.root is None:
-            return None
-        return self.root / sha256[:2] / f"{sha256}.json"
+            return {}
+        catalog = self.catalog()
+        by_pack: dict[str, list[str]] = {}
+        for sha in shas:
+            pack = catalog.get(sha)
+            if pack is not None:
+                by_pack.setdefault(pack, []).append(sha)
+        found: dict[str, dict[str, Any]] = {}
+        for pack, wanted in by_pack.items():
+            try:
+                with open(self.root / "packs" / f"{pack}.jsonl", encoding="utf-8") as fh:
+                    lines = fh.read().split("\n")
+            except OSError:
+                continue
+            texts = dict(line.split("\t", 1) for line in lines if "\t" in line)
+            for sha in wanted:
+                text = texts.get(sha)
+                rec = decode(text) if text is not None else None
+                if rec is not None:
+                    found[sha] = rec
+        return found
 
-    def get(self, sha256: str) -> dict[str, Any] | None:
-        path = self.entry(sha256)
-        if path is None:
-            return None
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
-            return None
-        return decode(text)
+    def add(self, entries: dict[str, str]) -> None:
+        """Record ``{sha256: pack}`` in the catalog (merged with what is on disk now)."""
+        if self.root is None or not entries:
+            return
+        current = _read_catalog(self.root)
+        current.update(entries)
+        with contextlib.suppress(OSError):
+            write_text(self.root / CATALOG, json.dumps(current, separators=(",", ":")))
+        self._catalog = current
 
-    def put_text(self, sha256: str, text: str) -> None:
-        path = self.entry(sha256)
-        if path is not None:
-            with contextlib.suppress(OSError):  # a read-only or full cache only costs speed
-                write_text(path, text)
+
+def _read_catalog(root: Path) -> dict[str, str]:
+    try:
+        with open(root / CATALOG, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def encode(record: dict[str, Any]) -> str:
-    """Compact ASCII JSON (C encoder; lone surrogates from undecodable bytes survive as escapes)."""
+    """Compact ASCII JSON (C encoder; no raw newlines, so one record is one pack line)."""
     return json.dumps(record, separators=(",", ":"))
 
 

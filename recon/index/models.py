@@ -23,8 +23,9 @@ calling ``f`` and ``"=x.y"`` is another name for the object ``x.y``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: Parameter kinds, named as :class:`inspect.Parameter` names them.
 POSITIONAL_ONLY = "POSITIONAL_ONLY"
@@ -191,7 +192,6 @@ class ClassInfo(NamedTuple):
         return f"{self.path}:{self.def_lineno}"
 
 
-@dataclass(slots=True)
 class ModuleInfo:
     """One ``.py`` file of the snapshot.
 
@@ -199,26 +199,136 @@ class ModuleInfo:
     name it stands for (``{"CacheConfig": "vllm.config.cache.CacheConfig",
     "np": "numpy"}``); ``imports`` lists every import statement, lazy ones in
     functions included, with the snapshot module each one reaches.
+
+    Imports are decoded on first use: a vLLM release has 50,000 of them and
+    most queries read the imports of a few modules only. Everything else is
+    a plain attribute.
     """
 
-    name: str
-    path: str
-    sha256: str
-    is_package: bool
-    line_count: int
-    imports: tuple[ImportInfo, ...]
-    bindings: dict[str, str]
-    classes: tuple[str, ...]  # qualnames, in file order
-    functions: tuple[str, ...]  # qualnames, in file order (methods and nested included)
-    variables: dict[str, str | None]  # module-level names -> type hint text (see above)
-    star_imports: tuple[str, ...] = ()  # absolute modules of "from x import *"
-    calls: tuple[str, ...] = ()  # names called at import time (module and class bodies)
-    error: str | None = None  # why the file could not be parsed (then it defines nothing)
+    __slots__ = ("name", "path", "sha256", "is_package", "line_count", "classes", "functions",
+                 "variables", "calls", "error", "_rows", "_known", "_imports")
+
+    def __init__(self, name: str, path: str, sha256: str, is_package: bool, line_count: int, *,
+                 classes: tuple[str, ...] = (), functions: tuple[str, ...] = (),
+                 variables: dict[str, str | None] | None = None, calls: tuple[str, ...] = (),
+                 error: str | None = None, import_rows: str | list[list[Any]] = "[]",
+                 known: frozenset[str] | set[str] = frozenset()) -> None:
+        self.name = name
+        self.path = path
+        self.sha256 = sha256
+        self.is_package = is_package
+        self.line_count = line_count
+        self.classes = classes  # qualnames, in file order
+        self.functions = functions  # qualnames, in file order (methods and nested included)
+        self.variables = variables if variables is not None else {}  # name -> type hint text
+        self.calls = calls  # names called at import time (module and class bodies)
+        self.error = error  # why the file could not be parsed (then it defines nothing)
+        self._rows = import_rows  # raw rows (JSON text from the cache, or lists)
+        self._known = known  # every module name of the snapshot, to resolve imports
+        self._imports: tuple[tuple[ImportInfo, ...], dict[str, str], tuple[str, ...]] | None = None
+
+    def _decode(self) -> tuple[tuple[ImportInfo, ...], dict[str, str], tuple[str, ...]]:
+        if self._imports is None:
+            rows = json.loads(self._rows) if isinstance(self._rows, str) else self._rows
+            known = self._known
+            imports = []
+            bindings: dict[str, str] = {}
+            stars = []
+            for module, name, asname, lineno, level, scope in rows:
+                absmod = absolute_module(self.name, self.is_package, module, level)
+                if name is not None and f"{absmod}.{name}" in known:
+                    resolved: str | None = f"{absmod}.{name}"
+                elif absmod in known:
+                    resolved = absmod
+                else:
+                    resolved = None
+                imp = ImportInfo(absmod, name, asname, lineno, level, scope, resolved)
+                imports.append(imp)
+                if not scope:
+                    if name == "*":
+                        stars.append(absmod)
+                    else:
+                        bindings[imp.bound_name] = imp.target
+            self._imports = (tuple(imports), bindings, tuple(stars))
+        return self._imports
+
+    @property
+    def imports(self) -> tuple[ImportInfo, ...]:
+        return self._decode()[0]
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        return self._decode()[1]
+
+    @property
+    def star_imports(self) -> tuple[str, ...]:
+        """Absolute modules of ``from x import *`` at module level."""
+        return self._decode()[2]
 
     @property
     def imported_modules(self) -> tuple[str, ...]:
         """Snapshot modules this module imports (anywhere in the file), sorted, no duplicates."""
         return tuple(sorted({i.resolved for i in self.imports if i.resolved}))
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.path, self.sha256, self.is_package, self.line_count, self.classes,
+                self.functions, self.variables, self.calls, self.error, self.imports)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModuleInfo) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ModuleInfo({self.name!r}, path={self.path!r}, error={self.error!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def as_json(record: Any) -> Any:
+    """Plain JSON data for any index record (FunctionInfo, ClassInfo, ModuleInfo, ImportInfo, Param)."""
+    if isinstance(record, ModuleInfo):
+        return {"name": record.name, "path": record.path, "sha256": record.sha256,
+                "is_package": record.is_package, "line_count": record.line_count,
+                "imports": [as_json(i) for i in record.imports], "bindings": dict(record.bindings),
+                "star_imports": list(record.star_imports), "classes": list(record.classes),
+                "functions": list(record.functions), "variables": dict(record.variables),
+                "calls": list(record.calls), "error": record.error}
+    if isinstance(record, tuple) and hasattr(record, "_asdict"):
+        return {k: as_json(v) for k, v in record._asdict().items()}
+    if isinstance(record, (list, tuple)):
+        return [as_json(v) for v in record]
+    if isinstance(record, dict):
+        return {k: as_json(v) for k, v in record.items()}
+    return record
+
+
+def module_name(path: str) -> tuple[str, bool]:
+    """``vllm/config/__init__.py`` -> ``("vllm.config", True)``; other ``.py`` -> (name, False)."""
+    stem = path[:-3] if path.endswith(".py") else path
+    if stem.endswith("/__init__") or stem == "__init__":
+        return stem[: -len("/__init__")].replace("/", "."), True
+    return stem.replace("/", "."), False
+
+
+def absolute_module(importer: str, is_package: bool, module: str, level: int) -> str:
+    """Resolve ``from ..x import y`` written in ``importer`` to an absolute module name."""
+    if level == 0:
+        return module
+    parts = importer.split(".")
+    if not is_package:
+        parts = parts[:-1]
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)] if level - 1 <= len(parts) else []
+    base = ".".join(parts)
+    if module:
+        return f"{base}.{module}" if base else module
+    return base
 
 
 @dataclass(slots=True)

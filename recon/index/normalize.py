@@ -10,9 +10,9 @@ small function per node type, fields unrolled, no ``getattr`` loop and no
 type tests on the fast path.
 
 The token stream is a prefix encoding: the node type name, then each
-field in grammar order; lists are bracketed with ``[``/``]`` and every
-non-node value is written with ``repr`` (strings are quoted, so they never
-collide with type names). Skipped fields carry no meaning for identity:
+field in grammar order; lists are bracketed with ``[``/``]``, identifiers
+are written ``#name`` and every other non-node value with ``repr``
+(strings are quoted), so no token of one kind can be read as another. Skipped fields carry no meaning for identity:
 ``ctx`` (implied by the tree shape), ``kind`` (the ``u`` prefix of a string)
 and ``type_comment`` (a comment).
 """
@@ -29,6 +29,8 @@ Serializer = Callable[[Any], None]
 #: Fields dropped from the normalized form.
 SKIP_FIELDS = frozenset({"ctx", "kind", "type_comment"})
 _PRIMITIVES = frozenset({"identifier", "string", "constant", "int", "bytes", "object"})
+#: Operator fields: their value is a field-less singleton, written as its type name inline.
+_OPERATORS = frozenset({"operator", "boolop", "unaryop", "cmpop"})
 _FIELD_RE = re.compile(r"(\w+)([*?]?) (\w+)")
 
 
@@ -51,8 +53,14 @@ def _field_spec(cls: type) -> list[tuple[str, str]]:
     for tp, mod, name in _FIELD_RE.findall(doc.split("(", 1)[1]):
         if name in SKIP_FIELDS or name not in cls._fields:  # type: ignore[attr-defined]
             continue
-        if tp in _PRIMITIVES:
+        if tp == "identifier" and mod == "":
+            spec.append((name, "ident"))
+        elif tp == "identifier" and mod == "?":
+            spec.append((name, "ident?"))
+        elif tp in _PRIMITIVES:
             spec.append((name, "prim"))  # a list of identifiers is written as one repr too
+        elif tp in _OPERATORS:
+            spec.append((name, "ops" if mod == "*" else "op"))
         elif mod == "*":
             spec.append((name, "list"))
         else:
@@ -69,6 +77,18 @@ def _factory_source(classes: list[type]) -> str:
         for field, cat in _field_spec(cls):
             if cat == "prim":
                 lines.append(f"        append(repr(node.{field}))")
+            elif cat == "ident":
+                lines.append(f"        append('#' + node.{field})")
+            elif cat == "ident?":
+                lines.append(f"        v = node.{field}")
+                lines.append("        append('None' if v is None else '#' + v)")
+            elif cat == "op":
+                lines.append(f"        append(node.{field}.__class__.__name__)")
+            elif cat == "ops":
+                lines.append("        append('[')")
+                lines.append(f"        for v in node.{field}:")
+                lines.append("            append(v.__class__.__name__)")
+                lines.append("        append(']')")
             elif cat == "node":
                 lines.append(f"        v = node.{field}")
                 lines.append("        D[v.__class__](v)")

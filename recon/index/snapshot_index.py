@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,36 +21,13 @@ from ..snapshot import Snapshot
 from .models import (
     ClassInfo,
     FunctionInfo,
-    ImportInfo,
     IndexStats,
     ModuleInfo,
     Param,
+    module_name,
     split_qualname,
 )
 from .visitor import split_lines
-
-
-def module_name(path: str) -> tuple[str, bool]:
-    """``vllm/config/__init__.py`` -> ``("vllm.config", True)``; other ``.py`` -> (name, False)."""
-    stem = path[:-3] if path.endswith(".py") else path
-    if stem.endswith("/__init__") or stem == "__init__":
-        return stem[: -len("/__init__")].replace("/", "."), True
-    return stem.replace("/", "."), False
-
-
-def absolute_module(importer: str, is_package: bool, module: str, level: int) -> str:
-    """Resolve ``from ..x import y`` written in ``importer`` to an absolute module name."""
-    if level == 0:
-        return module
-    parts = importer.split(".")
-    if not is_package:
-        parts = parts[:-1]
-    if level > 1:
-        parts = parts[: len(parts) - (level - 1)] if level - 1 <= len(parts) else []
-    base = ".".join(parts)
-    if module:
-        return f"{base}.{module}" if base else module
-    return base
 
 
 @dataclass
@@ -287,7 +265,7 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
             names.pop(prev, None)
         owner[mod] = path
         names[path] = (mod, is_pkg)
-    known = set(owner)
+    known = frozenset(owner)
     all_files = snapshot.manifest.get("files", {})
     modules: dict[str, ModuleInfo] = {}
     functions: dict[str, FunctionInfo] = {}
@@ -296,9 +274,10 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
     by_path: dict[str, str] = {}
     make_param = Param._make
     # Most signatures repeat ((self), (self, x)...): sharing them saves memory and GC work.
-    interned: dict[tuple[Any, ...], tuple[Param, ...]] = {}
+    interned: dict[str, tuple[Param, ...]] = {}
+    call_sets: dict[str, tuple[str, ...]] = {}
+    one: dict[tuple[Any, ...], Param] = {}
     make_function = FunctionInfo._make
-    make_import = ImportInfo._make
     for path, sha, rec in records:
         if path not in names:
             continue
@@ -308,41 +287,27 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
             warnings.setdefault(path, []).extend(rec["warnings"])
         if rec.get("error"):
             errors[path] = rec["error"]
-            modules[mod] = ModuleInfo(mod, path, sha, is_pkg, rec.get("lines", 0), (), {}, (), (), {},
-                                      error=rec["error"])
+            modules[mod] = ModuleInfo(mod, path, sha, is_pkg, rec.get("lines", 0), error=rec["error"])
             continue
         prefix = mod + ":"
-        imports = []
-        bindings: dict[str, str] = {}
-        stars = []
-        for module, name, asname, lineno, level, scope in rec["imports"]:
-            absmod = absolute_module(mod, is_pkg, module, level)
-            if name is not None and f"{absmod}.{name}" in known:
-                resolved: str | None = f"{absmod}.{name}"
-            elif absmod in known:
-                resolved = absmod
-            else:
-                resolved = None
-            imp = make_import((absmod, name, asname, lineno, level, scope, resolved))
-            imports.append(imp)
-            if not scope:
-                if name == "*":
-                    stars.append(absmod)
-                else:
-                    bindings[imp.bound_name] = imp.target
         fn_names = []
-        for row in rec["functions"]:
-            q = prefix + row[0]
+        # Rows are read, never modified: files with the same bytes share one record.
+        for (name, lineno, def_lineno, end_lineno, col, kind, is_async, params_text, returns,
+             decorators, class_name, ast_hash, body_hash, doc_hash, calls_text) in rec["functions"]:
+            q = prefix + name
             fn_names.append(q)
-            raw = row[7]
-            key = tuple(map(tuple, raw))
-            params = interned.get(key)
+            params = interned.get(params_text)
             if params is None:
-                params = interned[key] = tuple(map(make_param, raw))
-            row[7] = params
-            row[9] = tuple(row[9])
-            row[14] = tuple(row[14])
-            functions[q] = make_function((q, mod, path, *row))
+                params = interned[params_text] = tuple([
+                    one.get(key) or one.setdefault(key, make_param(key))
+                    for key in map(tuple, json.loads(params_text))])
+            calls = call_sets.get(calls_text)
+            if calls is None:
+                calls = call_sets[calls_text] = tuple(calls_text.split())
+            functions[q] = make_function((
+                q, mod, path, name, lineno, def_lineno, end_lineno, col, kind, is_async, params,
+                returns, tuple(decorators) if decorators else (), class_name, ast_hash, body_hash,
+                doc_hash, calls))
         cls_names = []
         for r in rec["classes"]:
             q = prefix + r["name"]
@@ -351,8 +316,9 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
                                    tuple(r["bases"]), r["keywords"], tuple(r["decorators"]),
                                    tuple(r["methods"]), r["attrs"])
         modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
-                                  rec["lines"], tuple(imports), bindings, tuple(cls_names),
-                                  tuple(fn_names), rec["variables"], tuple(stars), tuple(rec["calls"]))
+                                  rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
+                                  variables=rec["variables"], calls=tuple(rec["calls"]),
+                                  import_rows=rec["imports"], known=known)
     stats.errors = len(errors)
     return SnapshotIndex(snapshot=snapshot, modules=modules, functions=functions, classes=classes,
                          errors=errors, warnings=warnings, stats=stats, by_path=by_path)

@@ -8,30 +8,38 @@ records definitions, imports, calls and attribute types on the way. Nested
 definitions reuse their parent's tokens: a function's normalized form is a
 slice of the list, so nothing is serialized twice.
 
-The output is a plain JSON-able dict (the per-file cache entry). It depends
-only on the file's bytes, never on its path or module name, so one cache
-entry serves every snapshot that ships the same file.
+The output is a plain JSON-able dict, the file's cache record (see
+:mod:`recon.index.cache` for how records are stored). It depends only on the
+file's bytes, never on its path or module name, so one record serves every
+snapshot that ships the same file.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import sys
+import threading
 from typing import Any
 
 from .normalize import serializers
 
 #: Bump when the record layout or the normalization changes: old cache entries are ignored.
-RECORD_VERSION = 2
+RECORD_VERSION = 5
 
-#: A function's row in the record: FunctionInfo's fields after (qualname, module, path).
+#: A function's row in the record: FunctionInfo's fields after (qualname, module, path),
+#: except that ``params`` is JSON text and ``calls`` one space-separated string: signatures
+#: and call lists repeat, so the loader decodes each distinct one once and shares it.
 FUNCTION_ROW = ("name", "lineno", "def_lineno", "end_lineno", "col", "kind", "is_async", "params",
                 "returns", "decorators", "class_name", "ast_hash", "body_hash", "doc_hash", "calls")
 _DEF, _END, _HASH, _BODY, _DOC, _CALLS = (FUNCTION_ROW.index(f) for f in (
     "def_lineno", "end_lineno", "ast_hash", "body_hash", "doc_hash", "calls"))
 _PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property",
                                   "abc.abstractproperty", "abstractproperty"})
+
+
+_local = threading.local()  # one reusable visitor per thread
 
 
 def digest(text: str) -> str:
@@ -74,16 +82,8 @@ class FileVisitor:
     """Walks one module's AST once and fills a raw record (see :func:`index_source`)."""
 
     def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
         self.out: list[str] = []
-        self.functions: list[list[Any]] = []
-        self.classes: list[dict[str, Any]] = []
-        self.imports: list[list[Any]] = []
-        self.variables: dict[str, str | None] = {}
-        self.module_calls: set[str] = set()
-        self.seen: dict[str, int] = {}
-        self.frames: list[_Frame] = [_Frame("module", "", None, self.module_calls)]
-        self.warnings: list[str] = []
+        self.reset(lines)
         self.dispatch, self.base = serializers(self.out.append)
         self.dispatch.update({
             ast.FunctionDef: self._function,
@@ -95,6 +95,19 @@ class FileVisitor:
             ast.Assign: self._assign,
             ast.AnnAssign: self._assign,
         })
+
+    def reset(self, lines: list[str]) -> None:
+        """Start on another file, keeping the (costly to build) serializers."""
+        self.lines = lines
+        self.out.clear()
+        self.functions: list[list[Any]] = []
+        self.classes: list[dict[str, Any]] = []
+        self.imports: list[list[Any]] = []
+        self.variables: dict[str, str | None] = {}
+        self.module_calls: set[str] = set()
+        self.seen: dict[str, int] = {}
+        self.frames: list[_Frame] = [_Frame("module", "", None, self.module_calls)]
+        self.warnings: list[str] = []
 
     # -- source text -----------------------------------------------------------
     def seg(self, node: ast.AST) -> str:
@@ -170,7 +183,7 @@ class FileVisitor:
         lineno = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         rec: list[Any] = [
             local, lineno, node.lineno, node.end_lineno, node.col_offset, kind,
-            isinstance(node, ast.AsyncFunctionDef), params,
+            isinstance(node, ast.AsyncFunctionDef), json.dumps(params, separators=(",", ":")),
             self.seg(node.returns) if node.returns else None, decorators,
             parent.name if in_class else None, None, None, None, None,
         ]
@@ -185,7 +198,7 @@ class FileVisitor:
         out = self.out
         start = len(out)
         out.append(type(node).__name__)
-        out.append(node.name)
+        out.append("#" + node.name)
         self.visit(node.args)
         for tp in getattr(node, "type_params", None) or ():
             self.visit(tp)
@@ -205,7 +218,7 @@ class FileVisitor:
             self.visit_body(body)
         finally:
             self.frames.pop()
-        rec[_CALLS] = sorted(calls)
+        rec[_CALLS] = " ".join(sorted(calls))
         sep = "\x00"
         rec[_BODY] = digest(sep.join(out[body_start:]))
         rec[_HASH] = digest(sep.join(out[start:]))
@@ -249,7 +262,7 @@ class FileVisitor:
         frame = _Frame("class", local, rec, self.frames[-1].calls)
         out = self.out
         out.append("ClassDef")
-        out.append(node.name)
+        out.append("#" + node.name)
         for part in (node.bases, node.keywords, node.decorator_list):
             self.visit_body(part)  # type: ignore[arg-type]
         self.frames.append(frame)
@@ -386,7 +399,11 @@ def index_source(data: bytes) -> dict[str, Any]:
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as err:
         record["error"] = _describe(err)
         return record
-    visitor = FileVisitor(lines)
+    visitor = getattr(_local, "visitor", None)
+    if visitor is None:
+        visitor = _local.visitor = FileVisitor(lines)
+    else:
+        visitor.reset(lines)
     limit = sys.getrecursionlimit()
     if limit < 10_000:
         sys.setrecursionlimit(10_000)
@@ -397,7 +414,8 @@ def index_source(data: bytes) -> dict[str, Any]:
     record.update(
         functions=visitor.functions,
         classes=visitor.classes,
-        imports=visitor.imports,
+        # Kept as JSON text inside the record: decoded only for the modules a query reads.
+        imports=json.dumps(visitor.imports, separators=(",", ":")),
         variables=visitor.variables,
         calls=sorted(visitor.module_calls),
         warnings=visitor.warnings,

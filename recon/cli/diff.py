@@ -1,0 +1,257 @@
+"""``recon diff``, ``recon bisect``, ``recon has``: thin layers over recon.diffing, bisect and has."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..bisect import BisectResult, bisect
+from ..diffing import diff, highlighted
+from ..diffing.model import DiffResult, FunctionChange
+from ..errors import ReconError
+from ..has import HasResult, has_fix
+from ..report import keyed_rows, rows, to_html, to_markdown
+from ..writer import write_text
+from .output import console, emit_json
+
+#: Exit codes of ``recon has`` (errors keep ReconError's 2 and 3).
+HAS_EXIT = {"yes": 0, "no": 1, "different": 4}
+
+_KIND_STYLE = {"added": "green", "removed": "red", "renamed": "magenta", "signature": "yellow",
+               "body": "yellow", "decorators": "yellow", "docstring": "blue", "moved": "dim",
+               "formatting": "dim", "appeared": "green", "disappeared": "red", "same": "dim",
+               "first": "dim", "absent": "dim"}
+
+
+def _kind(kind: str) -> str:
+    style = _KIND_STYLE.get(kind, "")
+    return f"[{style}]{kind}[/]" if style else kind
+
+
+def _table(title: str, *columns: str) -> Table:
+    """A table whose cells wrap instead of being cut (names and values must stay whole)."""
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    return t
+
+
+def _write_report(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    write_text(Path(path), text)
+    console.print(f"report written to [bold]{path}[/]")
+
+
+# -- diff ------------------------------------------------------------------------------------------
+def diff_cmd(
+    a: str = typer.Argument(..., help="Side A: snapshot name/folder or any SOURCE (pip:vllm==0.32.0, docker:IMG, ...)."),
+    b: str = typer.Argument(..., help="Side B, the same way."),
+    section: list[str] = typer.Option(None, "--section", "-s", help="Sections to show: image, distributions, files, functions (repeat or comma-separate; default all)."),
+    focus: str = typer.Option(None, "--focus", help="Only functions on the call chain around this one (callers and callees)."),
+    depth: int = typer.Option(2, "--depth", help="With --focus: call edges up and down from the target."),
+    show: bool = typer.Option(False, "--show", help="Print each changed function's unified diff, syntax-highlighted."),
+    all_moved: bool = typer.Option(False, "--moved", help="List moved-only functions too (they are always counted)."),
+    files: bool = typer.Option(False, "--files", help="List every changed file (default: counts and the first 40)."),
+    limit: int = typer.Option(200, "--limit", help="List at most this many function changes."),
+    context: int = typer.Option(3, "--context", "-U", help="Context lines in diffs."),
+    package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    markdown: str = typer.Option(None, "--markdown", help="Write a Markdown report to this file ('-': stdout)."),
+    html_out: str = typer.Option(None, "--html", help="Write a standalone HTML report to this file."),
+) -> None:
+    """What changed between A and B: image config, installed packages, files, functions.
+
+    Functions are compared by normalized AST: a function that only moved,
+    or whose formatting or comments changed, is counted but not listed as a
+    change; docstring-only edits are their own kind; signature changes are
+    named as `griffe check` names them.
+    """
+    result = diff(a, b, sections=section, focus=focus, depth=depth,
+                  show=show or bool(markdown) or bool(html_out), context=context, package=package)
+    if markdown:
+        _write_report(markdown, to_markdown(result, all_moved=all_moved))
+    if html_out:
+        _write_report(html_out, to_html(result, all_moved=all_moved))
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if markdown == "-":
+        return
+    _print_diff(result, show=show, all_moved=all_moved, all_files=files, limit=limit)
+
+
+def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: bool,
+                limit: int) -> None:
+    r = rows(result, all_moved=all_moved)
+    console.print(f"[bold]A[/] {result.a.label}  [dim]{result.a.ref or ''}[/]")
+    console.print(f"[bold]B[/] {result.b.label}  [dim]{result.b.ref or ''}[/]")
+    if "image" in r:
+        img = r["image"]
+        if img["note"]:
+            console.print(f"[bold]image[/]: [dim]{img['note']}[/]")
+        if img["fields"] or img["env"] or img["labels"]:
+            t = _table("image", "what", "key", "A", "B")
+            for k, va, vb in img["fields"]:
+                t.add_row("config", k, va, vb)
+            for what in ("env", "labels"):
+                for k, change, va, vb in img[what]:
+                    t.add_row(f"{what} ({_kind(change)})", k, va, vb)
+            console.print(t)
+        elif not img["note"]:
+            console.print("[bold]image[/]: no differences")
+    if result.distributions is not None:
+        dr = keyed_rows(result.distributions)
+        if dr:
+            t = _table("distributions", "package", "change", "A", "B")
+            for k, change, va, vb in dr:
+                t.add_row(k, _kind(change), va, vb)
+            console.print(t)
+        else:
+            console.print("[bold]distributions[/]: no differences")
+    if result.files is not None:
+        f = result.files
+        console.print(f"[bold]files[/]: {len(f.added)} added, {len(f.removed)} removed, "
+                      f"{len(f.changed)} changed, {f.unchanged} unchanged (by sha256)")
+        listed = [("added", p) for p in f.added] + [("removed", p) for p in f.removed] + \
+            [("changed", p) for p in f.changed]
+        shown = listed if all_files else listed[:40]
+        for change, path in shown:
+            console.print(f"  {_kind(change):>8} {path}", highlight=False, soft_wrap=True)
+        if len(shown) < len(listed):
+            console.print(f"  [dim]... {len(listed) - len(shown)} more (--files lists all)[/]")
+    if result.functions is not None:
+        _print_functions(result, show=show, all_moved=all_moved, limit=limit)
+    console.print(f"[dim]{result.seconds:.2f}s[/]")
+
+
+def _print_functions(result: DiffResult, *, show: bool, all_moved: bool, limit: int) -> None:
+    fd = result.functions
+    assert fd is not None
+    if fd.focus:
+        console.print(f"[bold]focus[/]: {fd.focus['target']} depth {fd.focus['depth']} "
+                      f"({len(fd.focus['members'])} functions on the chain)", soft_wrap=True)
+    if fd.note:
+        console.print(f"[yellow]{fd.note}[/]")
+    if fd.changes:
+        t = Table("kind", title="functions")
+        t.add_column("function", overflow="fold")
+        t.add_column("where", overflow="fold")
+        t.add_column("detail", overflow="fold")
+        for c in fd.changes[:limit]:
+            t.add_row(_kind(c.kind), c.qualname, c.where(), c.detail())
+        console.print(t)
+        if len(fd.changes) > limit:
+            console.print(f"[dim]... {len(fd.changes) - limit} more changes (--limit, --json)[/]")
+    if all_moved and fd.moved:
+        t = Table(title="moved only (same normalized AST)")
+        t.add_column("function", overflow="fold")
+        t.add_column("where", overflow="fold")
+        for c in fd.moved:
+            t.add_row(c.qualname, c.where() + (" (text differs)" if "text" in c.parts else ""))
+        console.print(t)
+    console.print(f"[bold]functions[/]: {fd.summary()}", soft_wrap=True)
+    if show:
+        for c in fd.changes[:limit]:
+            _print_change_diff(c)
+
+
+def _print_change_diff(c: FunctionChange, out: Console = console) -> None:
+    if not c.diff:
+        return
+    out.rule(f"{c.kind}: {c.qualname}")
+    out.print(highlighted(c.diff), end="", soft_wrap=True)
+
+
+# -- bisect ----------------------------------------------------------------------------------------
+def bisect_cmd(
+    qualname: str = typer.Argument(..., help="The function: module:Class.method, dotted, or a unique suffix."),
+    versions: list[str] = typer.Option(..., "--versions", "-v", help="A PyPI range (vllm==0.28.0..0.33.0, vllm>=0.28,<0.34) or a comma-separated list of snapshots / SOURCEs / pins (repeatable)."),
+    jobs: int = typer.Option(4, "--jobs", "-j", help="Parallel downloads and snapshots."),
+    docstrings: bool = typer.Option(False, "--docstrings", help="Count docstring-only edits as changes."),
+    context: int = typer.Option(3, "--context", "-U", help="Context lines in the diff."),
+    package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Find the first release where a function changed, appeared or disappeared, and show that diff."""
+    result = bisect(qualname, versions, jobs=jobs, count_docstrings=docstrings, context=context,
+                    package=package)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    _print_bisect(result)
+
+
+def _print_bisect(result: BisectResult) -> None:
+    t = Table("release", "present", title=result.qualname)
+    t.add_column("where", overflow="fold")
+    t.add_column("hash")
+    t.add_column("signature", overflow="fold")
+    t.add_column("vs previous", overflow="fold")
+    last_sig: str | None = None
+    for i, row in enumerate(result.rows):
+        fn = row.function
+        mark = " [bold]<- first change[/]" if i == result.first_change else ""
+        detail = row.change.detail() if row.change and row.status not in ("same", "moved") else ""
+        sig = ""
+        if fn is not None:
+            sig = "[dim]same[/]" if fn.signature == last_sig else fn.signature
+            last_sig = fn.signature
+        t.add_row(row.label, "yes" if fn else "no", fn.location if fn else (row.note or "-"),
+                  (fn.ast_hash or "?")[:10] if fn else "", sig,
+                  _kind(row.status) + mark + (f"\n[dim]{detail}[/]" if detail else "")
+                  + (f"\n[dim]{row.note}[/]" if row.note and fn else ""))
+    console.print(t)
+    console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
+    if result.diff:
+        console.print(highlighted(result.diff), end="", soft_wrap=True)
+    console.print(f"[dim]{result.seconds:.2f}s[/]")
+
+
+# -- has -------------------------------------------------------------------------------------------
+def has_cmd(
+    fix: str = typer.Argument(..., help="The function that holds the fix (module:Class.method, or a unique suffix)."),
+    in_ref: str = typer.Option(..., "--in", help="The image, release or snapshot to check."),
+    fixed_in: str = typer.Option(None, "--fixed-in", help="A release/snapshot with the fixed body, e.g. pip:vllm==0.32.0."),
+    unfixed: str = typer.Option(None, "--unfixed", help="A release/snapshot with the unfixed body (default for pip:NAME==X: the release before X)."),
+    pattern: str = typer.Option(None, "--pattern", "-p", help="Code the fixed function contains: Python with $X metavariables, or a fragment."),
+    regex: bool = typer.Option(False, "--regex", help="--pattern is a regular expression (matched per line, comments removed)."),
+    package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Does SOURCE contain the fix? Answers yes (exit 0), no (exit 1) or different (exit 4), and why."""
+    result = has_fix(fix, in_ref, fixed_in=fixed_in, unfixed=unfixed, pattern=pattern,
+                     regex=regex, package=package)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        _print_has(result)
+    raise typer.Exit(HAS_EXIT[result.answer])
+
+
+def _print_has(result: HasResult) -> None:
+    style = {"yes": "bold green", "no": "bold red", "different": "bold yellow"}[result.answer]
+    console.print(f"[{style}]{result.answer}[/]: {result.why}", highlight=False, soft_wrap=True)
+    for lineno, text in result.matches:
+        console.print(f"  {lineno:>6} | {text}", highlight=False, soft_wrap=True)
+    if result.fix_lines:
+        console.print("lines the fix added:")
+        for text, present in result.fix_lines:
+            console.print(f"  {'[green]present[/]' if present else '[red]missing[/]'}  {text}",
+                          highlight=False)
+    if result.diff:
+        console.print(highlighted(result.diff), end="", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff_cmd)
+    app.command("bisect")(bisect_cmd)
+    app.command("has")(has_cmd)
+
+
+__all__ = ["HAS_EXIT", "ReconError", "register"]
