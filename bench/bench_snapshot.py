@@ -181,7 +181,7 @@ def main() -> None:
         t_copy.append(a[0])
         t_unpack.append(b[0])
         mem = max(mem, a[1], b[1])
-    results["(a) skopeo copy + umoci unpack (docker archive)"] = (min(map(sum, zip(t_copy, t_unpack))), mem)
+    results["(a) skopeo copy + umoci unpack (docker archive)"] = (min(map(sum, zip(t_copy, t_unpack, strict=True))), mem)
     print("(a)", results["(a) skopeo copy + umoci unpack (docker archive)"], flush=True)
     if bundle.exists():
         shutil.rmtree(bundle)
