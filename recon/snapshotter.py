@@ -187,7 +187,7 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
         key = whl.name
         source = f"wheel:{whl}" if "==" not in text else text  # exact pins keep the pip: reference
     else:
-        key = text
+        key = text + _freshness(scheme, text.partition(":")[2])
     extra = "" if not kwargs else repr(sorted(kwargs.items()))
     import hashlib
 
@@ -198,3 +198,16 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
         return Snapshot.open(dest)
     snap = take_snapshot(source, name=name, out=base, force=True, **kwargs)
     return snap
+
+
+def _freshness(scheme: str, rest: str) -> str:
+    """What makes a cached snapshot of this source stale: the image id, or size and mtime."""
+    if scheme == "docker":
+        from .sources.daemon import _client
+
+        return "@" + str(_client().images.get(rest).id)
+    try:
+        st = os.stat(rest)
+    except OSError:
+        return ""  # let take_snapshot report the missing path
+    return f"@{st.st_size}:{st.st_mtime_ns}"

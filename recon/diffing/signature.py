@@ -48,6 +48,7 @@ GRIFFE_TEXT = {
 #: Differences griffe does not report (they break no caller); recon's names for them.
 RECON_TEXT = {
     "PARAMETER_ADDED_OPTIONAL": "Parameter was added as optional",
+    "PARAMETER_ADDED_VARIADIC": "Variadic parameter (*args/**kwargs) was added",
     "PARAMETER_SWALLOWED": "Parameter was removed, now taken by *args/**kwargs",
     "PARAMETER_CHANGED_KIND_COMPATIBLE": "Parameter kind was changed (compatibly)",
     "PARAMETER_CHANGED_ANNOTATION": "Parameter annotation was changed",
@@ -134,9 +135,11 @@ def compare_signatures(old: FunctionInfo, new: FunctionInfo) -> list[SignatureCh
                               np_.annotation))
     for np_ in new.params:
         if np_.name not in old_names:
-            out.append(_griffe("PARAMETER_ADDED_REQUIRED", np_.name, None, np_.render())
-                       if _required(np_) else
-                       _recon("PARAMETER_ADDED_OPTIONAL", np_.name, None, np_.render()))
+            if _required(np_):
+                out.append(_griffe("PARAMETER_ADDED_REQUIRED", np_.name, None, np_.render()))
+            else:
+                out.append(_recon("PARAMETER_ADDED_VARIADIC" if np_.kind in _VARIADIC
+                                  else "PARAMETER_ADDED_OPTIONAL", np_.name, None, np_.render()))
     if old.returns is not None and new.returns is None:
         out.append(_griffe("RETURN_CHANGED_TYPE", None, old.returns, None))
     elif not same_expr(old.returns, new.returns):

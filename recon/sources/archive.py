@@ -21,11 +21,9 @@ from typing import IO, Any
 
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer, is_compressed, seekable_tar_entries, tar_entries
+from .oci import INDEX_TYPES, pick_manifest, platform_of
 
-_INDEX_TYPES = {
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-}
+_INDEX_TYPES = INDEX_TYPES  # kept for importers of the old name
 
 
 class _Window(io.RawIOBase):
@@ -164,36 +162,14 @@ def _blob_path(digest: str) -> str:
     return f"blobs/{algo}/{hexd}"
 
 
-def _platform_of(desc: dict[str, Any]) -> str:
-    p = desc.get("platform") or {}
-    s = f"{p.get('os', '?')}/{p.get('architecture', '?')}"
-    return f"{s}/{p['variant']}" if p.get("variant") else s
+_platform_of = platform_of  # kept for importers of the old name
 
 
 def _pick_manifest(store: BlobStore, index: dict[str, Any], platform: str | None,
                    where: str) -> tuple[dict[str, Any], str | None]:
     """Follow an OCI index (possibly nested) down to one image manifest descriptor."""
-    manifests = [m for m in index.get("manifests", [])
-                 if (m.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
-    if not manifests:
-        raise ReconError("the OCI index lists no manifests", where=where)
-    images = [m for m in manifests if m.get("platform")]
-    want = platform or "linux/amd64"
-    if len(manifests) == 1 and not platform:
-        chosen = manifests[0]
-    elif images:
-        match = [m for m in images if _platform_of(m) == want or _platform_of(m).startswith(want + "/")]
-        if not match:
-            choices = ", ".join(sorted({_platform_of(m) for m in images}))
-            raise ReconError(f"platform {want} is not in this image; choose one with --platform: {choices}",
-                             where=where)
-        chosen = match[0]
-    else:
-        chosen = manifests[0]
-    if chosen.get("mediaType") in _INDEX_TYPES:
-        nested = store.read_json(_blob_path(chosen["digest"]))
-        return _pick_manifest(store, nested, platform, where)
-    return chosen, _platform_of(chosen) if chosen.get("platform") else None
+    return pick_manifest(index, platform, where,
+                         lambda digest: store.read_json(_blob_path(digest)))
 
 
 def _open_oci(store: BlobStore, ref: str, scheme: str, platform: str | None,
