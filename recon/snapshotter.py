@@ -205,7 +205,12 @@ def _freshness(scheme: str, rest: str) -> str:
     if scheme == "docker":
         from .sources.daemon import _client
 
-        return "@" + str(_client().images.get(rest).id)
+        try:
+            return "@" + str(_client().images.get(rest).id)
+        except ReconError:
+            raise
+        except Exception:
+            return ""  # let take_snapshot report the missing image
     try:
         st = os.stat(rest)
     except OSError:
