@@ -1,6 +1,6 @@
 """Squash image layers the way the Docker engine does, keeping only the package we want.
 
-Each layer is streamed once (in parallel, one worker per core), writing only
+Each layer is streamed once (top layer first; optionally several at once), writing only
 the files under candidate package folders into a per-layer scratch folder;
 then the layers are merged **top-down**: the first layer to mention a path
 owns it; lower layers only fill in what no upper layer mentioned, whited out
@@ -134,7 +134,7 @@ class Hider:
 class Squasher:
     """Squash an image's layers, keeping the files of the named packages.
 
-    Phase one scans layers **in parallel** (each independently: decompress,
+    Phase one scans layers (top first, optionally in parallel; each independently: decompress,
     parse, write candidate package files into a per-layer scratch folder).
     Phase two walks the scans **top-down**: the first layer to mention a path
     owns it; lower layers only fill in what no upper layer mentioned, whited
@@ -160,7 +160,10 @@ class Squasher:
         self.limits = limits or CaptureLimits()
         self.only_roots = only_roots  # second pass: capture only under extra_roots
         self.progress = progress
-        self.workers = workers or int(os.environ.get("RECON_LAYER_WORKERS") or min(2, os.cpu_count() or 1))
+        # One layer at a time by default: measured on 2 cores, threads lose to GIL contention
+        # (docs/benchmarks/snapshot.md); scanning top-down also lets every upper layer's
+        # hider skip the files it hides. RECON_LAYER_WORKERS=N scans N layers at once.
+        self.workers = workers or int(os.environ.get("RECON_LAYER_WORKERS") or 1)
         self.result = ScanResult()
         self._lock = threading.Lock()
         self._total = 0

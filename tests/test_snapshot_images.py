@@ -274,3 +274,14 @@ def test_platform_choice_in_an_index(oci_layouts: dict[str, Path], tmp_path: Pat
     assert snap.manifest["source"]["platform"] == "linux/arm64/v8"
     with pytest.raises(ReconError, match=r"platform linux/s390x is not in this image.*linux/amd64, linux/arm64/v8"):
         take_snapshot(f"oci:{layout}", out=tmp_path / "c", package="vllm", platform="linux/s390x")
+
+
+def test_parallel_layer_scan_gives_the_same_snapshot(built: dict[str, object], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """RECON_LAYER_WORKERS=2 scans two layers at once; the merge must not change the result."""
+    one = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "one")
+    monkeypatch.setenv("RECON_LAYER_WORKERS", "2")
+    two = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "two")
+    assert snapshot_fingerprint(one) == snapshot_fingerprint(two)
+    assert {p: r.layer for p, r in one.files.items()} == {p: r.layer for p, r in two.files.items()}
+    assert one.manifest["distributions"] == two.manifest["distributions"]

@@ -1,0 +1,636 @@
+"""``registry:HOST/REPO:TAG`` and ``registry:HOST/REPO@sha256:...``: straight from a registry.
+
+Speaks the registry HTTP API v2 (the OCI distribution spec) with the standard
+library, no engine and no pull: resolve the tag to a manifest (an OCI index
+or Docker manifest list is walked down to one platform, ``linux/amd64`` by
+default, by the same code as ``oci:``), fetch the config, then the layers.
+
+* Plain layers (gzip, zstd, uncompressed) are downloaded into the shared,
+  content-addressed blob cache (:mod:`recon.blobcache`): several at once,
+  resumed with HTTP ``Range`` after an interruption, kept only once their
+  sha256 matches the manifest. A layer already in the cache (another image,
+  an earlier snapshot) is not downloaded again.
+* eStargz and zstd:chunked layers are read lazily (:mod:`recon.sources.lazy`):
+  the table of contents, then only the byte ranges of the files the squash
+  keeps.
+
+Auth is Docker's: anonymous first, then whatever the ``401`` asks for
+(bearer token or basic), with the user's own credentials from the Docker
+config and credential helpers (:mod:`recon.sources.auth`). HTTPS always,
+except ``insecure=True`` (or ``RECON_REGISTRY_INSECURE=1``), which allows
+plain HTTP to a registry on this machine (loopback) only. Every problem is a
+one-line :class:`ReconError`; nothing half-downloaded is ever used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import json
+import os
+import re
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ..blobcache import BlobCache, DigestMismatch, check_digest, digest_of
+from ..errors import ReconError
+from .archive import BlobLayer, BlobStore
+from .auth import DOCKER_HUB, Authenticator, is_loopback
+from .base import Entry, Image, ImageConfig, Layer
+from .lazy import LazyLayer, lazy_format
+from .oci import DOCKER_SCHEMA1, INDEX_TYPES, MANIFEST_TYPES, is_index, pick_manifest
+
+ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES)])
+MAX_MANIFEST = 4 << 20
+MAX_CONFIG = 64 << 20
+USER_AGENT = "recon (registry v2 client)"
+_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
+_HUB_API = "registry-1.docker.io"
+
+
+# --- references ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reference:
+    """``HOST[:PORT]/REPO[:TAG][@DIGEST]``, Docker's rules for the registry part."""
+
+    registry: str  # as written (docker.io for Docker Hub)
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def api_host(self) -> str:
+        return _HUB_API if self.registry == DOCKER_HUB else self.registry
+
+    @property
+    def reference(self) -> str:
+        """What the manifest endpoint is asked for: the digest if pinned, else the tag."""
+        return self.digest or self.tag or "latest"
+
+    def __str__(self) -> str:
+        out = f"{self.registry}/{self.repository}"
+        if self.tag:
+            out += f":{self.tag}"
+        if self.digest:
+            out += f"@{self.digest}"
+        return out
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse ``HOST/REPO:TAG`` (``REPO`` alone means Docker Hub, ``library/`` for one name)."""
+    where = f"registry:{text}"
+    name, _, digest = text.partition("@")
+    digest_s = check_digest(digest, where=where) if digest else None
+    slash, colon = name.rfind("/"), name.rfind(":")
+    tag = None
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1:]
+        if not _TAG_RE.match(tag):
+            raise ReconError(f"bad tag {tag!r}", where=where)
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        host, repo = first, rest
+    else:
+        host, repo = DOCKER_HUB, name
+    host = host.lower()
+    if host == DOCKER_HUB and "/" not in repo:
+        repo = f"library/{repo}"
+    if not repo or not _REPO_RE.match(repo):
+        raise ReconError(f"bad repository name {repo!r} (lowercase letters, digits, . _ - /)",
+                         where=where)
+    if not tag and not digest_s:
+        tag = "latest"
+    return Reference(host, repo, tag, digest_s)
+
+
+def insecure_from_env(host: str) -> bool:
+    """``RECON_REGISTRY_INSECURE=1`` (any loopback host) or a comma list of hosts."""
+    raw = os.environ.get("RECON_REGISTRY_INSECURE", "").strip()
+    if raw.lower() in ("1", "true", "yes", "*"):
+        return True
+    return host in {h.strip().lower() for h in raw.split(",") if h.strip()}
+
+
+# --- transfer accounting -------------------------------------------------------------
+
+@dataclass
+class TransferStats:
+    """Bytes of response bodies received from registries, and requests made."""
+
+    bytes: int = 0
+    requests: int = 0
+
+    def add(self, n: int, requests: int = 0) -> None:
+        with _STATS_LOCK:
+            self.bytes += n
+            self.requests += requests
+
+
+_STATS_LOCK = threading.Lock()
+#: Process-wide totals (benchmarks and tests read and reset them).
+TRANSFERS = TransferStats()
+
+
+def reset_transfers() -> TransferStats:
+    """Return the totals so far and start counting from zero."""
+    with _STATS_LOCK:
+        snap = TransferStats(TRANSFERS.bytes, TRANSFERS.requests)
+        TRANSFERS.bytes = TRANSFERS.requests = 0
+    return snap
+
+
+class _Counted(io.RawIOBase):
+    """A response body that counts what it delivers and closes its connection at the end."""
+
+    def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                 stats: TransferStats) -> None:
+        self.resp, self.conn, self.stats = resp, conn, stats
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        try:
+            n = self.resp.readinto(buf)
+        except (OSError, http.client.HTTPException) as err:
+            raise ConnectionError(f"connection dropped while reading ({err})") from err
+        if n:
+            self.stats.add(n)
+            TRANSFERS.add(n)
+        return n or 0
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.resp.close()
+            self.conn.close()
+        super().close()
+
+
+# --- HTTP ----------------------------------------------------------------------------------
+
+class Response:
+    """Status, headers and (for non-streamed requests) the whole body."""
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes = b"",
+                 stream: IO[bytes] | None = None, url: str = "") -> None:
+        self.status, self.headers, self.body, self.stream, self.url = status, headers, body, stream, url
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name.lower(), "")
+
+    def error_text(self) -> str:
+        """The registry's own error code and message, if it sent JSON."""
+        try:
+            errs = json.loads(self.body).get("errors") or []
+            return "; ".join(f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errs[:3])
+        except (ValueError, AttributeError):
+            return ""
+
+
+class Transport:
+    """Keep-alive HTTP(S) connections, one set per thread; redirects; readable errors."""
+
+    def __init__(self, *, timeout: float = 60.0, stats: TransferStats | None = None) -> None:
+        self.timeout = timeout
+        self.stats = stats or TransferStats()
+        self._local = threading.local()
+        self._ssl = ssl.create_default_context()
+
+    def _pool(self) -> dict[tuple[str, str], http.client.HTTPConnection]:
+        pool = getattr(self._local, "pool", None)
+        if pool is None:
+            pool = self._local.pool = {}
+        return pool  # type: ignore[no-any-return]
+
+    def _connect(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        if scheme == "https":
+            return http.client.HTTPSConnection(netloc, timeout=self.timeout, context=self._ssl)
+        return http.client.HTTPConnection(netloc, timeout=self.timeout)
+
+    def close(self) -> None:
+        for conn in self._pool().values():
+            conn.close()
+        self._pool().clear()
+
+    def send(self, method: str, url: str, headers: dict[str, str], body: bytes | None = None, *,
+             stream: bool = False, auth_netloc: str | None = None, max_body: int = MAX_MANIFEST,
+             redirects: int = 5) -> Response:
+        """One request; follows redirects (dropping ``Authorization`` off the first host)."""
+        for _ in range(redirects + 1):
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ReconError(f"bad URL from the registry: {url[:200]!r}")
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            hdrs = {"User-Agent": USER_AGENT, **headers}
+            if auth_netloc is not None and parts.netloc != auth_netloc:
+                hdrs.pop("Authorization", None)  # never hand credentials to a redirect target
+            resp, conn = self._roundtrip(parts.scheme, parts.netloc, method, path, hdrs, body, stream)
+            self.stats.add(0, 1)
+            TRANSFERS.add(0, 1)
+            status = resp.status
+            rheaders = {k.lower(): v for k, v in resp.getheaders()}
+            if status in (301, 302, 303, 307, 308) and rheaders.get("location"):
+                self._drain(resp, conn, stream)
+                url = urllib.parse.urljoin(url, rheaders["location"])
+                if status == 303:
+                    method, body = "GET", None
+                continue
+            if stream and status in (200, 206):
+                return Response(status, rheaders, stream=_Counted(resp, conn, self.stats), url=url)
+            data = self._read_body(resp, conn, max_body, stream, url)
+            return Response(status, rheaders, data, url=url)
+        raise ReconError(f"too many redirects fetching {url[:200]}")
+
+    def _roundtrip(self, scheme: str, netloc: str, method: str, path: str, headers: dict[str, str],
+                   body: bytes | None, stream: bool) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
+        key = (scheme, netloc)
+        pool = self._pool()
+        for attempt in (0, 1):
+            reused = not stream and key in pool
+            conn = pool.pop(key) if reused else self._connect(scheme, netloc)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                return conn.getresponse(), conn
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    http.client.CannotSendRequest, http.client.ResponseNotReady) as err:
+                conn.close()
+                if reused and attempt == 0:
+                    continue  # a kept-alive connection the server had closed: once more, fresh
+                raise ReconError(f"registry {netloc} closed the connection ({type(err).__name__})") from err
+            except ssl.SSLError as err:
+                conn.close()
+                hint = ("; for a plain-HTTP registry on this machine use --insecure "
+                        "(RECON_REGISTRY_INSECURE=1)") if is_loopback(netloc) else ""
+                raise ReconError(f"TLS with {netloc} failed ({err.reason or err}){hint}") from err
+            except ConnectionRefusedError as err:
+                conn.close()
+                raise ReconError(f"cannot reach registry {netloc} (connection refused)") from err
+            except socket.gaierror as err:
+                conn.close()
+                raise ReconError(f"cannot resolve registry host {netloc} ({err.strerror or err})") from err
+            except (TimeoutError, socket.timeout) as err:
+                conn.close()
+                raise ReconError(f"registry {netloc} did not answer within {self.timeout:.0f} s") from err
+            except OSError as err:
+                conn.close()
+                raise ReconError(f"cannot reach registry {netloc} ({err.strerror or err})") from err
+        raise AssertionError("unreachable")
+
+    def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, stream: bool) -> None:
+        self._read_body(resp, conn, 1 << 20, stream, "")
+
+    def _read_body(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, max_body: int,
+                   stream: bool, url: str) -> bytes:
+        try:
+            data = resp.read(max_body + 1)
+        except (OSError, http.client.HTTPException) as err:
+            conn.close()
+            raise ReconError(f"connection dropped while reading {url[:200]} ({err})") from err
+        self.stats.add(len(data))
+        TRANSFERS.add(len(data))
+        if len(data) > max_body:
+            conn.close()
+            raise ReconError(f"response from {url[:200]} is larger than {max_body} bytes")
+        if stream or resp.will_close:
+            conn.close()
+        else:
+            parts = urllib.parse.urlsplit(resp.geturl() if hasattr(resp, "geturl") and resp.geturl() else url)
+            key = (parts.scheme, parts.netloc) if parts.netloc else None
+            if key:
+                self._pool()[key] = conn
+            else:
+                conn.close()
+        return data
+
+
+# --- the registry client -----------------------------------------------------------
+
+class RegistryClient:
+    """One repository on one registry: manifests, blobs, byte ranges, with auth."""
+
+    def __init__(self, ref: Reference, *, insecure: bool = False, cache: BlobCache | None = None,
+                 transport: Transport | None = None) -> None:
+        self.ref = ref
+        host = ref.api_host
+        if insecure and not is_loopback(host):
+            raise ReconError(f"plain HTTP (--insecure) is only allowed to a registry on this machine "
+                             f"(loopback), not {host}")
+        self.scheme = "http" if insecure else "https"
+        self.secure = not insecure or is_loopback(host)  # credentials may travel: TLS or loopback
+        self.base = f"{self.scheme}://{host}"
+        self.netloc = host
+        self.cache = cache or BlobCache()
+        self.stats = TransferStats()
+        self.transport = transport or Transport(stats=self.stats)
+        self.scope = f"repository:{ref.repository}:pull"
+        self.auth = Authenticator(ref.registry, self._send_token)
+        self.where = f"registry:{ref}"
+
+    def _send_token(self, method: str, url: str, headers: dict[str, str],
+                    body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+        r = self.transport.send(method, url, headers, body, max_body=1 << 20)
+        return r.status, r.headers, r.body
+
+    def request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
+                stream: bool = False, max_body: int = MAX_MANIFEST) -> Response:
+        """A request to ``/v2/...`` with auth; a 401 is answered once, transient errors retried."""
+        url = self.base + path
+        answered = False
+        for attempt in range(4):
+            hdrs = dict(headers or {})
+            token = self.auth.header(self.scope)
+            if token:
+                hdrs["Authorization"] = token
+            resp = self.transport.send(method, url, hdrs, stream=stream, auth_netloc=self.netloc,
+                                       max_body=max_body)
+            if resp.status == 401 and not answered:
+                answered = True
+                self.auth.challenge(resp.header("WWW-Authenticate"), self.scope, secure=self.secure)
+                continue
+            if resp.status in (429, 502, 503, 504) and attempt < 3 and method in ("GET", "HEAD"):
+                time.sleep(min(8.0, 0.5 * 2 ** attempt))
+                continue
+            return resp
+        return resp
+
+    def _fail(self, resp: Response, what: str) -> ReconError:
+        detail = resp.error_text()
+        if resp.status == 401:
+            creds = self.auth.credentials
+            who = f"with the credentials from {creds.origin}" if creds else "anonymously"
+            return ReconError(f"access to {self.ref.repository} denied {who} (HTTP 401: authentication "
+                              f"failed{'; ' + detail if detail else ''})", where=self.where)
+        if resp.status == 403:
+            return ReconError(f"access to {self.ref.repository} is forbidden (HTTP 403"
+                              f"{'; ' + detail if detail else ''})", where=self.where)
+        if resp.status == 404:
+            return ReconError(f"{what} not found (HTTP 404{'; ' + detail if detail else ''})",
+                              where=self.where)
+        return ReconError(f"{what}: registry answered HTTP {resp.status}"
+                          f"{'; ' + detail if detail else ''}", where=self.where)
+
+    # -- manifests -----------------------------------------------------------------------
+    def manifest(self, reference: str) -> tuple[dict[str, Any], str, str]:
+        """(document, media type, digest) of a manifest or index; digest checked.
+
+        A manifest asked for by digest is served from the blob cache when it
+        is there (it cannot have changed); one asked for by tag always comes
+        from the registry.
+        """
+        pinned = reference.startswith(("sha256:", "sha512:"))
+        body: bytes | None = self.cache.read(reference, MAX_MANIFEST) if pinned else None
+        if body is None:
+            resp = self.request("GET", f"/v2/{self.ref.repository}/manifests/{reference}",
+                                {"Accept": ACCEPT})
+            if resp.status != 200:
+                what = (f"manifest {reference}" if pinned else f"tag {reference!r}") + \
+                    f" of {self.ref.registry}/{self.ref.repository}"
+                raise self._fail(resp, what)
+            body = resp.body
+            algo = reference.partition(":")[0] if pinned else "sha256"
+            digest = digest_of(body, algo)
+            if pinned and digest != reference:
+                raise DigestMismatch(f"the registry sent a manifest whose digest is {digest}, not "
+                                     f"{reference}", where=self.where)
+            claimed = resp.header("Docker-Content-Digest")
+            if claimed and not pinned and claimed.startswith("sha256:") and claimed != digest:
+                raise DigestMismatch(f"manifest digest {digest} differs from the registry's "
+                                     f"Docker-Content-Digest {claimed}", where=self.where)
+            self.cache.put_bytes(digest, body, where=self.where)
+        else:
+            digest = reference
+        try:
+            doc = json.loads(body)
+        except ValueError as err:
+            raise ReconError(f"manifest {digest} is not JSON ({err})", where=self.where) from err
+        if not isinstance(doc, dict):
+            raise ReconError(f"manifest {digest} is not a JSON object", where=self.where)
+        media = str(doc.get("mediaType") or "")
+        if media in DOCKER_SCHEMA1 or doc.get("schemaVersion") == 1:
+            raise ReconError("Docker schema 1 manifests are not supported (push the image again "
+                             "with a current client)", where=self.where)
+        return doc, media, digest
+
+    # -- blobs -----------------------------------------------------------------------------
+    def _blob_path(self, digest: str) -> str:
+        return f"/v2/{self.ref.repository}/blobs/{digest}"
+
+    def open_blob(self, digest: str, start: int = 0, end: int | None = None) -> IO[bytes]:
+        """A stream of the blob's bytes ``[start, end)``; a server that ignores ``Range`` is handled."""
+        headers = {}
+        if start or end is not None:
+            headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        resp = self.request("GET", self._blob_path(digest), headers, stream=True)
+        if resp.status not in (200, 206) or resp.stream is None:
+            raise self._fail(resp, f"blob {digest}")
+        raw = resp.stream
+        if resp.status == 200 and start:  # whole blob sent: skip to the start
+            left = start
+            while left:
+                got = raw.read(min(left, 1 << 20))
+                if not got:
+                    break
+                left -= len(got)
+        return raw
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        """Exactly bytes ``[start, end)`` of a blob."""
+        if end <= start:
+            return b""
+        want = end - start
+        with self.open_blob(digest, start, end) as raw:
+            data = raw.read(want)
+        if len(data) != want:
+            raise ReconError(f"blob {digest}: asked for {want} bytes at {start}, got {len(data)}",
+                             where=self.where)
+        return data
+
+    def fetch_blob(self, digest: str, size: int | None, *, cancel: threading.Event | None = None,
+                   on_bytes: Callable[[int], None] | None = None) -> str:
+        """Make sure the blob is in the cache (downloading it, resumably); return its cache name."""
+        self.cache.fetch(digest, size, lambda offset: self.open_blob(digest, offset),
+                         where=f"{self.where}: blob {digest[:19]}", cancel=cancel, on_bytes=on_bytes)
+        return digest
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+class _HttpRanges:
+    """:class:`recon.sources.lazy.RangeReader` over registry ``Range`` requests."""
+
+    def __init__(self, client: RegistryClient, digest: str, size: int) -> None:
+        self.client, self.digest, self.size = client, digest, size
+
+    def read(self, start: int, end: int) -> bytes:
+        return self.client.read_range(self.digest, start, min(end, self.size))
+
+    def stream(self, start: int, end: int) -> IO[bytes]:
+        return self.client.open_blob(self.digest, start, min(end, self.size))
+
+
+class _FileRanges:
+    """The same over a blob already whole in the cache (no network)."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path, self.size = path, size
+
+    def read(self, start: int, end: int) -> bytes:
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            return fh.read(end - start)
+
+    def stream(self, start: int, end: int) -> IO[bytes]:
+        return io.BytesIO(self.read(start, end))
+
+
+# --- layers ------------------------------------------------------------------------------
+
+class RemoteLayer(Layer):
+    """A layer downloaded whole into the blob cache, then streamed from there like ``oci:``."""
+
+    def __init__(self, client: RegistryClient, index: int, desc: dict[str, Any], *,
+                 diff_id: str | None, max_layer_size: int | None, cancel: threading.Event) -> None:
+        super().__init__(index, desc["digest"], diff_id=diff_id, media_type=desc.get("mediaType", ""),
+                         size=int(desc.get("size") or 0))
+        self.client = client
+        self.max_layer_size = max_layer_size
+        self.cancel = cancel
+        self.future: Future[None] | None = None
+        self.fetched = 0
+
+    def prepare(self) -> None:
+        def count(n: int) -> None:
+            self.fetched += n
+
+        self.client.fetch_blob(self.digest, self.size or None, cancel=self.cancel, on_bytes=count)
+
+    def entries(self) -> Iterator[Entry]:
+        if self.future is not None:
+            self.future.result()
+        else:
+            self.prepare()
+        cache = self.client.cache
+        algo, _, hexd = self.digest.partition(":")
+        inner = BlobLayer(BlobStore(cache.root), f"{algo}/{hexd}", self.index, self.digest,
+                          diff_id=self.diff_id, media_type=self.media_type,
+                          max_layer_size=self.max_layer_size)
+        try:
+            yield from inner.entries()
+        finally:
+            self.bytes_read = inner.bytes_read
+
+
+def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: str | None,
+               max_layer_size: int | None, cancel: threading.Event) -> Layer:
+    digest = check_digest(str(desc.get("digest") or ""), where=client.where)
+    size = int(desc.get("size") or 0)
+    fmt = lazy_format(desc.get("annotations"))
+
+    def whole() -> Layer:
+        return RemoteLayer(client, i, desc, diff_id=diff_id, max_layer_size=max_layer_size,
+                           cancel=cancel)
+
+    if fmt is None or size <= 0 or os.environ.get("RECON_REGISTRY_LAZY", "1") == "0":
+        return whole()
+    cache = client.cache
+
+    def reader() -> Any:
+        if cache.has(digest):  # the whole blob is here already: ranges from the file
+            return _FileRanges(str(cache.path(digest)), size)
+        return _HttpRanges(client, digest, size)
+
+    return LazyLayer(i, digest, fmt=fmt, annotations=dict(desc.get("annotations") or {}),
+                     make_reader=reader, cache=cache, fallback=whole, diff_id=diff_id,
+                     media_type=str(desc.get("mediaType") or ""), size=size,
+                     max_layer_size=max_layer_size)
+
+
+def _workers() -> int:
+    try:
+        return max(1, int(os.environ.get("RECON_REGISTRY_WORKERS") or 4))
+    except ValueError:
+        return 4
+
+
+def open_registry(rest: str, *, platform: str | None = None, max_layer_size: int | None = None,
+                  insecure: bool | None = None, cache: BlobCache | None = None) -> Image:
+    """Resolve ``rest`` (``HOST/REPO:TAG`` or ``...@sha256:...``) to an :class:`Image`.
+
+    Layer downloads start at once in the background (top layer first, the
+    order the squash reads them in); ``Image.close()`` stops them, keeping
+    what arrived for the next run to resume.
+    """
+    ref = parse_reference(rest)
+    if insecure is None:
+        insecure = insecure_from_env(ref.api_host)
+    client = RegistryClient(ref, insecure=insecure, cache=cache)
+    try:
+        return _open(client, ref, platform, max_layer_size)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _open(client: RegistryClient, ref: Reference, platform: str | None,
+          max_layer_size: int | None) -> Image:
+    where = client.where
+    doc, media, digest = client.manifest(ref.reference)
+    index_digest = None
+    plat = None
+    if is_index(doc, media or None):
+        index_digest = digest
+
+        def load(d: str) -> dict[str, Any]:
+            return client.manifest(d)[0]
+
+        desc, plat = pick_manifest(doc, platform, where, load)
+        doc, media, digest = client.manifest(check_digest(str(desc.get("digest")), where=where))
+        if is_index(doc, media or None):
+            raise ReconError("an index entry that should be an image manifest is an index", where=where)
+    if "layers" not in doc or "config" not in doc:
+        raise ReconError(f"manifest {digest} has no config or layers ({media or 'no media type'})",
+                         where=where)
+    cfg_desc = doc["config"]
+    cfg_digest = check_digest(str(cfg_desc.get("digest") or ""), where=where)
+    client.fetch_blob(cfg_digest, int(cfg_desc.get("size") or 0) or None)
+    raw_cfg = client.cache.read(cfg_digest, MAX_CONFIG) or b""
+    try:
+        config_blob = json.loads(raw_cfg)
+    except ValueError as err:
+        raise ReconError(f"image config {cfg_digest} is not JSON ({err})", where=where) from err
+    diff_ids = (config_blob.get("rootfs") or {}).get("diff_ids") or []
+    cancel = threading.Event()
+    layers = [_layer_for(client, i, ld, diff_ids[i] if i < len(diff_ids) else None, max_layer_size, cancel)
+              for i, ld in enumerate(doc.get("layers") or [])]
+    pool = ThreadPoolExecutor(_workers(), thread_name_prefix="recon-registry")
+    for layer in reversed(layers):  # the squash wants the top layer first
+        if isinstance(layer, (RemoteLayer, LazyLayer)) and not (
+                isinstance(layer, RemoteLayer) and client.cache.has(layer.digest)):
+            layer.future = pool.submit(layer.prepare)  # type: ignore[union-attr]
+
+    def close() -> None:
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()
+
+    cfg = ImageConfig.from_image_json(config_blob)
+    extra: dict[str, Any] = {"registry": ref.registry, "repository": ref.repository,
+                             "config_digest": cfg_digest}
+    if ref.tag:
+        extra["tag"] = ref.tag
+    if index_digest:
+        extra["index_digest"] = index_digest
+    return Image(ref=f"registry:{ref}", scheme="registry", digest=digest, layers=layers, config=cfg,
+                 platform=plat or (f"{cfg.os}/{cfg.architecture}" if cfg.os else None),
+                 extra=extra, closer=close)
