@@ -59,13 +59,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
-    except Exception as ex:  # click usage errors and aborts
-        import click
-
-        if isinstance(ex, click.exceptions.ClickException):
+    except Exception as ex:  # usage errors and aborts (typer vendors its own click)
+        if hasattr(ex, "show") and hasattr(ex, "exit_code"):
             ex.show()
             sys.exit(ex.exit_code)
-        if isinstance(ex, click.exceptions.Abort):
+        if type(ex).__name__ == "Abort":
             typer.echo("recon: aborted", err=True)
             sys.exit(1)
         raise

@@ -59,7 +59,8 @@ def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     console.print("flags read:  " + (", ".join("--" + f.replace("_", "-") for f in r["reads_flags"]) or "none"))
     console.print("config keys: " + (", ".join(r["reads_config"]) or "none"))
     if r["example"]:
-        console.print(f"example:     recon recipe run {r['name']} --snapshot pip:vllm==0.33.0 {r['example']}")
+        engine = "sglang" if r["engine"] == "sglang" else "vllm"
+        console.print(f"example:     recon recipe run {r['name']} --snapshot pip:{engine} {r['example']}")
 
 
 @recipe_app.command("run")
