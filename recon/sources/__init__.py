@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer
 
-SCHEMES = ("docker", "docker-archive", "oci", "oci-archive", "wheel", "pip", "dir")
+SCHEMES = ("docker", "docker-archive", "oci", "oci-archive", "registry", "wheel", "pip", "dir")
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -21,9 +21,18 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
-                max_layer_size: int | None = None) -> Image:
-    """Open ``ref`` without starting anything; the caller must ``close()`` the image."""
+                max_layer_size: int | None = None, insecure: bool | None = None) -> Image:
+    """Open ``ref`` without starting anything; the caller must ``close()`` the image.
+
+    ``insecure`` (``registry:`` only) allows plain HTTP to a loopback registry;
+    ``None`` defers to ``RECON_REGISTRY_INSECURE``.
+    """
     scheme, rest = split_ref(ref)
+    if scheme == "registry":
+        from .registry import open_registry
+
+        return open_registry(rest, platform=platform, max_layer_size=max_layer_size,
+                             insecure=insecure)
     if scheme == "docker":
         from .daemon import open_daemon
 

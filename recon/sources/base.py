@@ -172,7 +172,10 @@ def decompressed(raw: IO[bytes], *, where: str) -> IO[bytes]:
     if head == _ZSTD_MAGIC:
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(buffered, read_size=1 << 20)  # type: ignore[return-value]
+        # read_across_frames: a multi-frame layer (zstd:chunked writes one frame per file)
+        # must read as one stream; without it reads stop short at each frame end.
+        return zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value]
+            buffered, read_size=1 << 20, read_across_frames=True)
     return buffered  # type: ignore[return-value]
 
 

@@ -39,6 +39,8 @@ import io
 import json
 import re
 import tarfile
+import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -61,6 +63,7 @@ BIG_FILE = 8 << 20  # files above this are streamed on their own
 BATCH_SPAN = 16 << 20  # one range request covers at most this many compressed bytes
 BATCH_GAP = 256 << 10  # and never skips more than this between two wanted files
 INDEX_VERSION = 1
+UPPER_WAIT = 600.0  # seconds a lazy layer waits for the scan of a lazy layer above it
 _KINDS = {"reg": FILE, "dir": DIR, "symlink": SYMLINK, "hardlink": HARDLINK,
           "char": OTHER, "block": OTHER, "fifo": OTHER}
 _BINARY = ("*.so", "*.so.*", "*.cubin", "*.fatbin", "*.a", "*.o", "*.dll", "*.dylib")
@@ -113,12 +116,10 @@ def _clean(name: str) -> str:
 
 def estargz_toc_offset(tail: bytes, *, where: str) -> int:
     """The TOC offset named by the footer (the last bytes of the blob)."""
-    m = None
-    for m in _FOOTER_RE.finditer(tail):
-        pass
-    if m is None:
+    found = _FOOTER_RE.findall(tail)
+    if not found:
         raise ReconError("no eStargz footer at the end of the layer", where=where)
-    return int(m.group(1), 16)
+    return int(found[-1], 16)
 
 
 def parse_estargz(reader: RangeReader, toc_digest: str, *, where: str) -> list[TocEntry]:
@@ -313,6 +314,11 @@ class LazyLayer(Layer):
         self._toc: list[TocEntry] | None = None
         self._reader: RangeReader | None = None
         self._whole: Layer | None = None
+        self.future: Any = None  # set when a pool prepares the layer ahead of the squash
+        #: Lazy layers above this one in the same image (set by the source); see :meth:`entries`.
+        self.above: list[LazyLayer] = []
+        self._started = threading.Event()
+        self._listed = threading.Event()
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -356,18 +362,38 @@ class LazyLayer(Layer):
         self._toc = toc
 
     def entries(self) -> Iterator[Entry]:
-        self.prepare()
-        if self._whole is not None:
-            yield from self._whole.entries()
-            self.bytes_read = self._whole.bytes_read
-            return
-        toc = self._toc
-        assert toc is not None
-        for i, e in enumerate(toc):
-            opener = None
-            if e.kind == FILE:
-                opener = (lambda i=i: self._open(toc, i))  # noqa: E731
-            yield Entry(e.name, e.kind, e.size, e.linkname, e.mode, opener)
+        """The TOC's entries, in tar order; a file's bytes are fetched when it is opened.
+
+        The squash scans layers in parallel, top first, and skips opening a
+        file that an upper layer it has *finished* scanning hides. A lazy
+        layer therefore first waits (bounded) for the lazy layers above it
+        whose scan is under way: listing a TOC is instant, so this costs
+        little time and saves fetching files an upper layer replaces (a
+        release upgraded in a later layer). Only bytes fetched depend on
+        it, never the result; layers not being scanned are not waited for.
+        """
+        self._started.set()
+        try:
+            for upper in self.above:
+                if upper._started.is_set() and not upper._listed.is_set():
+                    upper._listed.wait(UPPER_WAIT)
+                    time.sleep(0.05)  # let the squash record the finished scan
+            if self.future is not None:
+                self.future.result()
+            self.prepare()
+            if self._whole is not None:
+                yield from self._whole.entries()
+                self.bytes_read = self._whole.bytes_read
+                return
+            toc = self._toc
+            assert toc is not None
+            for i, e in enumerate(toc):
+                opener = None
+                if e.kind == FILE:
+                    opener = (lambda i=i: self._open(toc, i))  # noqa: E731
+                yield Entry(e.name, e.kind, e.size, e.linkname, e.mode, opener)
+        finally:
+            self._listed.set()
 
     # -- contents ------------------------------------------------------------------------
     def _open(self, toc: list[TocEntry], i: int) -> IO[bytes]:

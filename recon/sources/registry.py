@@ -42,7 +42,6 @@ from typing import IO, Any
 
 from ..blobcache import BlobCache, DigestMismatch, check_digest, digest_of
 from ..errors import ReconError
-from .archive import BlobLayer, BlobStore
 from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Entry, Image, ImageConfig, Layer
 from .lazy import LazyLayer, lazy_format
@@ -247,7 +246,7 @@ class Transport:
                 continue
             if stream and status in (200, 206):
                 return Response(status, rheaders, stream=_Counted(resp, conn, self.stats), url=url)
-            data = self._read_body(resp, conn, max_body, stream, url)
+            data = self._read_body(resp, conn, max_body, stream, url, key=(parts.scheme, parts.netloc))
             return Response(status, rheaders, data, url=url)
         raise ReconError(f"too many redirects fetching {url[:200]}")
 
@@ -278,7 +277,7 @@ class Transport:
             except socket.gaierror as err:
                 conn.close()
                 raise ReconError(f"cannot resolve registry host {netloc} ({err.strerror or err})") from err
-            except (TimeoutError, socket.timeout) as err:
+            except TimeoutError as err:
                 conn.close()
                 raise ReconError(f"registry {netloc} did not answer within {self.timeout:.0f} s") from err
             except OSError as err:
@@ -287,10 +286,11 @@ class Transport:
         raise AssertionError("unreachable")
 
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, stream: bool) -> None:
-        self._read_body(resp, conn, 1 << 20, stream, "")
+        self._read_body(resp, conn, 1 << 20, True, "")
 
     def _read_body(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, max_body: int,
-                   stream: bool, url: str) -> bytes:
+                   stream: bool, url: str, key: tuple[str, str] | None = None) -> bytes:
+        """Read a whole (small) body; the connection goes back to this thread's pool."""
         try:
             data = resp.read(max_body + 1)
         except (OSError, http.client.HTTPException) as err:
@@ -301,15 +301,13 @@ class Transport:
         if len(data) > max_body:
             conn.close()
             raise ReconError(f"response from {url[:200]} is larger than {max_body} bytes")
-        if stream or resp.will_close:
+        if stream or resp.will_close or key is None:
             conn.close()
         else:
-            parts = urllib.parse.urlsplit(resp.geturl() if hasattr(resp, "geturl") and resp.geturl() else url)
-            key = (parts.scheme, parts.netloc) if parts.netloc else None
-            if key:
-                self._pool()[key] = conn
-            else:
-                conn.close()
+            old = self._pool().pop(key, None)
+            if old is not None and old is not conn:
+                old.close()
+            self._pool()[key] = conn
         return data
 
 
@@ -491,13 +489,52 @@ class _FileRanges:
             return fh.read(end - start)
 
     def stream(self, start: int, end: int) -> IO[bytes]:
-        return io.BytesIO(self.read(start, end))
+        from pathlib import Path
+
+        from .archive import _Window
+
+        return io.BufferedReader(_Window(Path(self.path), start, max(0, min(end, self.size) - start)),
+                                 1 << 20)
 
 
 # --- layers ------------------------------------------------------------------------------
 
+LISTING = "tar-listing-v1"
+
+
+class _Slice(io.RawIOBase):
+    """``size`` bytes of a shared forward stream; short data means the blob changed on disk."""
+
+    def __init__(self, raw: IO[bytes], size: int, where: str) -> None:
+        self.raw, self.left, self.where = raw, size, where
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        if self.left <= 0:
+            return 0
+        data = self.raw.read(min(len(buf), self.left))
+        if not data:
+            raise ReconError("cached layer is shorter than its listing (cache damaged? delete "
+                             "it and run again)", where=self.where)
+        n = len(data)
+        buf[:n] = data
+        self.left -= n
+        return n
+
+
 class RemoteLayer(Layer):
-    """A layer downloaded whole into the blob cache, then streamed from there like ``oci:``."""
+    """A layer downloaded whole into the blob cache, then read from there.
+
+    The first read streams the whole tar (like ``oci:``) and keeps a listing
+    of it (every entry's name, kind, size and data offset) keyed by the
+    layer digest. Later reads list the entries from that listing and
+    decompress only up to the files actually opened: a layer none of whose
+    files the squash wants (CUDA libraries, apt packages) is not
+    decompressed at all. The listing holds every entry, so the squash sees
+    exactly what a full read shows.
+    """
 
     def __init__(self, client: RegistryClient, index: int, desc: dict[str, Any], *,
                  diff_id: str | None, max_layer_size: int | None, cancel: threading.Event) -> None:
@@ -508,6 +545,7 @@ class RemoteLayer(Layer):
         self.cancel = cancel
         self.future: Future[None] | None = None
         self.fetched = 0
+        self.where = f"layer {index} ({self.digest[:19]})"
 
     def prepare(self) -> None:
         def count(n: int) -> None:
@@ -515,20 +553,80 @@ class RemoteLayer(Layer):
 
         self.client.fetch_blob(self.digest, self.size or None, cancel=self.cancel, on_bytes=count)
 
+    def _plain(self, raw: IO[bytes]) -> IO[bytes]:
+        """The tar stream of the cached blob: seekable when uncompressed, else forward-only."""
+        from .base import BombGuard, CountingReader, ForwardReader, decompressed, is_compressed
+
+        head = raw.read(4)
+        raw.seek(0)
+        if not is_compressed(head):
+            return raw
+
+        def on_read(n: int) -> None:
+            self.bytes_read += n
+
+        plain = decompressed(io.BufferedReader(CountingReader(raw, on_read), 1 << 20), where=self.where)  # type: ignore[arg-type]
+        if self.max_layer_size is not None:
+            plain = io.BufferedReader(BombGuard(plain, self.max_layer_size, self.where), 1 << 20)  # type: ignore[assignment]
+        return ForwardReader(plain)  # type: ignore[return-value]
+
     def entries(self) -> Iterator[Entry]:
         if self.future is not None:
             self.future.result()
         else:
             self.prepare()
+        self.bytes_read = 0
         cache = self.client.cache
-        algo, _, hexd = self.digest.partition(":")
-        inner = BlobLayer(BlobStore(cache.root), f"{algo}/{hexd}", self.index, self.digest,
-                          diff_id=self.diff_id, media_type=self.media_type,
-                          max_layer_size=self.max_layer_size)
+        listing = cache.read_derived(LISTING, self.digest)
+        if listing is not None:
+            try:
+                records = json.loads(listing)
+            except ValueError:
+                records = None
+            if isinstance(records, list):
+                yield from self._from_listing(records)
+                return
+        from .base import seekable_tar_entries
+
+        records = []
+        offsets: list[int] = []
+        with open(cache.path(self.digest), "rb") as raw:
+            for entry in seekable_tar_entries(self._plain(raw), where=self.where,
+                                              on_offset=offsets.append):
+                records.append([entry.name, entry.kind, entry.size, entry.linkname, entry.mode,
+                                offsets[-1]])
+                yield entry
+        cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
+
+    def _from_listing(self, records: list[list[Any]]) -> Iterator[Entry]:
+        from .base import FILE
+
+        if self.max_layer_size is not None and sum(int(r[2]) for r in records) > self.max_layer_size:
+            from ..errors import UnsafeArchiveError
+
+            raise UnsafeArchiveError(
+                f"layer expands past {self.max_layer_size} bytes when decompressed (decompression "
+                "bomb? raise the cap with --max-layer-size)", where=self.where)
+        state: dict[str, Any] = {}
+        path = self.client.cache.path(self.digest)
+
+        def open_at(offset: int, size: int) -> IO[bytes]:
+            stream = state.get("stream")
+            if stream is None or stream.tell() > offset:  # first open, or out of order: restart
+                if state.get("raw") is not None:
+                    state["raw"].close()
+                state["raw"] = open(path, "rb")  # noqa: SIM115 - closed below
+                stream = state["stream"] = self._plain(state["raw"])
+            stream.seek(offset)
+            return io.BufferedReader(_Slice(stream, size, self.where), 1 << 20)
+
         try:
-            yield from inner.entries()
+            for name, kind, size, linkname, mode, offset in records:
+                opener = (lambda o=offset, n=size: open_at(o, n)) if kind == FILE else None  # noqa: E731
+                yield Entry(name, kind, size, linkname, mode, opener)
         finally:
-            self.bytes_read = inner.bytes_read
+            if state.get("raw") is not None:
+                state["raw"].close()
 
 
 def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: str | None,
@@ -613,6 +711,9 @@ def _open(client: RegistryClient, ref: Reference, platform: str | None,
     cancel = threading.Event()
     layers = [_layer_for(client, i, ld, diff_ids[i] if i < len(diff_ids) else None, max_layer_size, cancel)
               for i, ld in enumerate(doc.get("layers") or [])]
+    lazy = [ly for ly in layers if isinstance(ly, LazyLayer)]
+    for ly in lazy:
+        ly.above = [up for up in lazy if up.index > ly.index]
     pool = ThreadPoolExecutor(_workers(), thread_name_prefix="recon-registry")
     for layer in reversed(layers):  # the squash wants the top layer first
         if isinstance(layer, (RemoteLayer, LazyLayer)) and not (

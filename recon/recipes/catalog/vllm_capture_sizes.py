@@ -1,125 +1,668 @@
-"""vllm-capture-sizes: the CUDA graph capture sizes a release really uses under speculative decoding.
+"""vllm-capture-sizes: the CUDA-graph capture sizes a release really uses, and which decode steps fall back to eager.
 
-Field story (seed 000, section 9): with MTP and ``num_speculative_tokens=3``,
-``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`` rounds every
-capture size up to a multiple of k+1 = 4 and drops those above
-``max_cudagraph_capture_size``: ``[1,2,4,8,16,32,64]`` becomes
-``[4,8,16,32,64]``, so a decode step of more than 16 requests (16 x 4 = 64
-tokens) falls back to eager mode. This recipe runs the release's own method
-on the user's ``--compilation-config`` and ``--speculative-config`` and
-lays out, per number of running requests, graph or eager.
+The chain, all of it the release's own code run in one child:
 
-The graph/eager rule used for the table is the one the release documents
-next to its default-size logic: a batch above the largest capture size runs
-eager; otherwise it is padded up to the next captured size.
+1. ``VllmConfig._set_cudagraph_sizes`` (default sizes from ``--max-num-seqs``,
+   the spec-decode query length and ``--max-num-batched-tokens`` when the user
+   gave none; filtering and the max-size check when they did), which ends in
+   ``CompilationConfig.post_init_cudagraph_sizes`` (``init_with_cudagraph_sizes``
+   in old releases);
+2. per model runner, what the runner does once the attention backend is known:
+   ``CompilationConfig.resolve_cudagraph_mode_and_sizes`` (V1 runner: it calls
+   ``adjust_cudagraph_sizes_for_spec_decode``, which rounds every size up to a
+   multiple of k+1 and drops those above the max; V2 runner: sizes kept, the
+   graph manager rounds per decode query length instead). Releases without
+   ``resolve`` but with ``adjust`` get ``adjust`` directly;
+3. per number of running requests N up to ``--max-num-seqs``, the runtime
+   dispatcher's verdict for a uniform decode step of N x (k+1) tokens: the V1
+   ``CudagraphDispatcher`` (``initialize_cudagraph_keys`` then ``dispatch``),
+   the V2 ``CudaGraphManager`` (``_init_candidates`` then ``dispatch``), or in
+   old releases ``VllmConfig.pad_for_cudagraph`` + ``CudagraphDispatcher.dispatch``.
+
+Assumptions the user can change with ``--set``: the attention backend's
+CUDA-graph support (``attn_cg_support=UNIFORM_BATCH``: what FlashAttention 3
+and FlashInfer report for spec decode), the GPU (``gpu=sm90``: Blackwell
+raises the default ceiling), the cudagraph mode (``--compilation-config``'s,
+else the release's O2 default ``FULL_AND_PIECEWISE``).
 """
 
 from __future__ import annotations
 
+import ast
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
-from ...slicing import Py, run_function
+from ...errors import ReconError
+from ...slicing import Call, Py, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..registry import register
+from ..vllm_common import (
+    BASE_STUBS,
+    defaulted,
+    gpu_family,
+    has,
+    helper_file,
+    params_of,
+    ran_provenance,
+    ranges,
+    source_of,
+    speculative_tokens,
+    stub_notes,
+)
 
 NAME = "vllm-capture-sizes"
-METHOD = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"
+_V1_DISP = "vllm.v1.cudagraph_dispatcher:CudagraphDispatcher"
+_V2_MGR = "vllm.v1.worker.gpu.cudagraph_utils:CudaGraphManager"
+_SUPPORT = "vllm.v1.attention.backend:AttentionCGSupport"
+_SUPPORT_OLD = "vllm.v1.attention.backends.utils:AttentionCGSupport"
 
 
-def _spec_tokens(ctx: RecipeContext) -> int:
-    spec = ctx.flags.get("speculative_config") or {}
-    k = spec.get("num_speculative_tokens", ctx.flags.get("num_speculative_tokens", 0))
-    return int(k or 0)
+@dataclass
+class Targets:
+    """Where this release keeps each step (qualnames), found by what the code does."""
+
+    set_sizes: str
+    cc: str  # module:CompilationConfig
+    mode_enum: str  # module:CUDAGraphMode
+    vllm_config: str  # module:VllmConfig
+    modern: bool  # max_cudagraph_capture_size + post_init (else init_with_cudagraph_sizes)
+    resolve: str | None = None
+    adjust: str | None = None
+    v1_dispatcher: bool = False
+    v2_manager: bool = False
+    v2_features: str | None = None
+    batch_defaults: str | None = None
+    support_enum: str | None = None
+    scheduler_post_init: str | None = None  # old releases: cuda_graph_sizes default lives there
 
 
-def _sizes(ctx: RecipeContext) -> tuple[list[int], int]:
-    comp = ctx.flags.get("compilation_config") or {}
-    sizes = comp.get("cudagraph_capture_sizes") or ctx.flags.get("cuda_graph_sizes")
-    if not sizes:
-        raise NotApplicable("this recipe needs the configured sizes: pass --compilation-config "
-                            "'{\"cudagraph_capture_sizes\": [...]}' (the release's default list is "
-                            "not computed here)")
-    sizes = sorted({int(x) for x in sizes})
-    return sizes, int(comp.get("max_cudagraph_capture_size") or max(sizes))
+def _targets(ctx: RecipeContext) -> Targets:
+    funcs = ctx.index.functions
+    set_sizes = next((q for q in funcs if q.endswith(":VllmConfig._set_cudagraph_sizes")), None)
+    if set_sizes is None:
+        hits = [q for q in ctx.functions_with_text(r"cudagraph_capture_sizes")
+                if q.endswith("._set_cudagraph_sizes")]
+        if not hits:
+            raise NotApplicable("no VllmConfig._set_cudagraph_sizes: this release decides its "
+                                "CUDA graph sizes elsewhere (or has no CUDA graphs)")
+        set_sizes = hits[0]
+    vc_mod = set_sizes.partition(":")[0]
+    post = next((q for q in funcs if q.endswith(":CompilationConfig.post_init_cudagraph_sizes")), None)
+    init_old = next((q for q in funcs if q.endswith(":CompilationConfig.init_with_cudagraph_sizes")),
+                    None)
+    anchor = post or init_old
+    if anchor is None:
+        raise NotApplicable("CompilationConfig has neither post_init_cudagraph_sizes nor "
+                            "init_with_cudagraph_sizes in this release")
+    cc_mod = anchor.partition(":")[0]
+    mode_mod = next((q.partition(":")[0] for q in funcs
+                     if q.endswith(":CUDAGraphMode.decode_mode")), cc_mod)
+    t = Targets(set_sizes=set_sizes, cc=f"{cc_mod}:CompilationConfig",
+                mode_enum=f"{mode_mod}:CUDAGraphMode", vllm_config=f"{vc_mod}:VllmConfig",
+                modern=post is not None)
+    if "scheduler_config.cuda_graph_sizes" in source_of(ctx, set_sizes):
+        t.scheduler_post_init = next((q for q in funcs
+                                      if q.endswith(":SchedulerConfig.__post_init__")), None)
+    t.resolve = ctx.first_existing([f"{cc_mod}:CompilationConfig.resolve_cudagraph_mode_and_sizes"])
+    t.adjust = ctx.first_existing([f"{cc_mod}:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"])
+    t.v1_dispatcher = has(ctx, f"{_V1_DISP}.dispatch") and has(ctx, f"{_V1_DISP}.initialize_cudagraph_keys")
+    t.v2_manager = has(ctx, f"{_V2_MGR}._init_candidates") and has(ctx, f"{_V2_MGR}.dispatch")
+    t.v2_features = ctx.first_existing([f"{vc_mod}:VllmConfig._get_v2_model_runner_unsupported_features"])
+    t.batch_defaults = ctx.first_existing(["vllm.engine.arg_utils:EngineArgs.get_batch_defaults"])
+    t.support_enum = next((f"{m}:AttentionCGSupport" for m in (_SUPPORT.partition(":")[0],
+                                                               _SUPPORT_OLD.partition(":")[0])
+                           if any(q.startswith(f"{m}:AttentionCGSupport") for q in funcs)
+                           or f"{m}" in ctx.index.modules), None)
+    return t
+
+
+# -- inputs ---------------------------------------------------------------------------------
+@dataclass
+class Inputs:
+    k: int
+    q: int  # uniform decode query length k + 1
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    sizes: list[int] | None
+    max_size: int | None
+    mode: str
+    mode_from: str
+    tp: int
+    spec_method: str | None
+    support: str
+    gpu: int
+    scheduler_sizes: list[int] = field(default_factory=list)  # old releases: --cuda-graph-sizes
+    notes: list[str] = field(default_factory=list)
+
+
+def _inputs(ctx: RecipeContext) -> Inputs:
+    k, method = speculative_tokens(ctx)
+    cc = ctx.flags.get("compilation_config") or {}
+    sizes = cc.get("cudagraph_capture_sizes")
+    if sizes is None and ctx.flags.get("cuda_graph_sizes"):
+        sizes = ctx.flags.get("cuda_graph_sizes")
+    if sizes is not None and (not isinstance(sizes, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)):
+        raise ReconError(f"--compilation-config: cudagraph_capture_sizes must be a list of "
+                         f"positive integers, got {sizes!r}")
+    max_size = cc.get("max_cudagraph_capture_size")
+    if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)):
+        raise ReconError(f"--compilation-config: max_cudagraph_capture_size must be an integer, "
+                         f"got {max_size!r}")
+    mode = cc.get("cudagraph_mode")
+    mode_from = "--compilation-config"
+    if ctx.options.get("cudagraph_mode"):
+        mode, mode_from = str(ctx.options["cudagraph_mode"]), "--set cudagraph_mode"
+    if mode is None:
+        mode, mode_from = "", ""  # filled from the release by _default_mode
+    mode = str(mode).upper()
+    if ctx.flags.get("enforce_eager"):
+        mode, mode_from = "NONE", "--enforce-eager"
+    return Inputs(k=k, q=k + 1, max_num_seqs=ctx.flags.get("max_num_seqs"),
+                  max_num_batched_tokens=ctx.flags.get("max_num_batched_tokens"),
+                  sizes=sizes, max_size=max_size, mode=mode, mode_from=mode_from,
+                  tp=ctx.flags.get("tensor_parallel_size") or 1, spec_method=method,
+                  support=str(ctx.options.get("attn_cg_support", "UNIFORM_BATCH")).upper(),
+                  gpu=gpu_family(ctx), scheduler_sizes=list(ctx.flags.get("cuda_graph_sizes") or []))
+
+
+_PLATFORM = ("ns(is_device_capability_family=lambda fam, *a, **k: fam == {gpu} // 10 * 10, "
+             "is_device_capability=lambda cap, *a, **k: False, is_cuda=lambda: True, "
+             "is_cuda_alike=lambda: True, is_rocm=lambda: False, is_tpu=lambda: False, "
+             "is_cpu=lambda: False, is_xpu=lambda: False, is_unspecified=lambda: False, "
+             "get_device_total_memory=lambda *a, **k: {mem}, "
+             "get_device_name=lambda *a, **k: {name!r})")
+#: what --set gpu=smNN stands for when the release's defaults ask the device
+_GPUS = {80: (80 * 2**30, "NVIDIA A100-SXM4-80GB"), 90: (80 * 2**30, "NVIDIA H100 80GB HBM3"),
+         100: (180 * 2**30, "NVIDIA B200")}
+
+
+def _default_mode(ctx: RecipeContext, t: Targets) -> tuple[str, str]:
+    """The cudagraph mode a release picks when the user sets none, read from its source.
+
+    Recent releases: the ``cudagraph_mode`` of the default optimization level's table
+    (``optimization_level: OptimizationLevel = OptimizationLevel.O2`` ->
+    ``OPTIMIZATION_LEVEL_02["compilation_config"]["cudagraph_mode"]``). Old ones: the
+    first ``CUDAGraphMode.X`` assigned under ``if ...cudagraph_mode is None:`` in
+    ``VllmConfig.__post_init__`` (the V1-engine, piecewise-compilation branch).
+    """
+    path = ctx.index.functions[t.set_sizes].path
+    text = ctx.snapshot.read_text(path)
+    level = re.search(r"optimization_level:\s*OptimizationLevel\s*=\s*OptimizationLevel\.O(\d)", text)
+    if level:
+        tree = ast.parse(text)
+        table = f"OPTIMIZATION_LEVEL_0{level.group(1)}"
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(x, ast.Name) and x.id == table
+                                                    for x in node.targets):
+                found = _dict_path(node.value, ["compilation_config", "cudagraph_mode"])
+                if isinstance(found, ast.Attribute):
+                    line = f"{path}:{node.lineno}"
+                    return found.attr, (f"the release's default: optimization level "
+                                        f"O{level.group(1)} ({table} at {line})")
+    post = f"{t.vllm_config}.__post_init__"
+    if post in ctx.index.functions:
+        body = source_of(ctx, post)
+        m = re.search(r"cudagraph_mode is None:\s*(?:#[^\n]*\n\s*)*(?:.*\n)*?.*?cudagraph_mode\s*=\s*"
+                      r"\\?\s*CUDAGraphMode\.(\w+)", body)
+        if m:
+            return m.group(1), (f"the release's default for the V1 engine with piecewise "
+                                f"compilation ({ctx.index.functions[post].location})")
+    return "FULL_AND_PIECEWISE", "assumed (the release's default was not found)"
+
+
+def _dict_path(node: ast.AST, keys: list[str]) -> ast.AST | None:
+    for key in keys:
+        if not isinstance(node, ast.Dict):
+            return None
+        nxt = None
+        for k, v in zip(node.keys, node.values, strict=True):
+            if isinstance(k, ast.Constant) and k.value == key:
+                nxt = v
+        if nxt is None:
+            return None
+        node = nxt
+    return node
+
+
+def _batch_defaults(ctx: RecipeContext, t: Targets, inp: Inputs) -> None:
+    """Fill --max-num-seqs / --max-num-batched-tokens the user left out from the release's defaults."""
+    if inp.max_num_seqs is not None and inp.max_num_batched_tokens is not None:
+        return
+    mem, name = _GPUS.get(inp.gpu, _GPUS[90])
+    got: dict[str, int] = {}
+    if t.batch_defaults is not None and "world_size" in params_of(ctx, t.batch_defaults):
+        res = run_calls(ctx.snapshot, [Call(t.batch_defaults, args={"world_size": inp.tp})],
+                        stubs={**BASE_STUBS, "current_platform": _PLATFORM.format(
+                            gpu=inp.gpu, mem=mem, name=name)}, timeout=60)[0]
+        if res.ok and isinstance(res.value, list) and len(res.value) == 2:
+            tokens, seqs = res.value
+            key = next((k for k in tokens if k.endswith("OPENAI_API_SERVER")), None)
+            if key is not None:
+                got = {"max_num_batched_tokens": tokens[key], "max_num_seqs": seqs[key]}
+    for key, fallback in (("max_num_seqs", 256), ("max_num_batched_tokens", 8192)):
+        if getattr(inp, key) is not None:
+            continue
+        if key in got:
+            setattr(inp, key, int(got[key]))
+            inp.notes.append(f"--{key.replace('_', '-')} not given: {got[key]}, the release's "
+                             f"`vllm serve` default for {name} (EngineArgs.get_batch_defaults)")
+        else:
+            setattr(inp, key, fallback)
+            inp.notes.append(f"--{key.replace('_', '-')} not given: assumed {fallback}")
+
+
+# -- the run -----------------------------------------------------------------------------
+def _spec_expr(inp: Inputs) -> str:
+    if inp.k == 0:
+        return "None"
+    return (f"Lenient('speculative_config', num_speculative_tokens={inp.k}, "
+            f"method={inp.spec_method!r}, uses_dynamic_speculative_decoding=lambda: False, "
+            "parallel_drafting=False, num_speculative_tokens_per_batch_size=None, "
+            "draft_model_config=None, enable_adaptive_verification=False, "
+            "use_eagle=lambda: False, use_dspark=lambda: False, is_xpress=lambda: False)")
+
+
+def _vllm_config_attrs(t: Targets, inp: Inputs, *, scheduler: str) -> dict[str, Any]:
+    """``self`` of ``VllmConfig`` methods: the sections they read (unmodelled fields read None)."""
+    return {
+        "model_config": Py("Lenient('model_config', enforce_eager=False, is_diffusion=False, "
+                           "architecture='', architectures=[])"),
+        "compilation_config": Py("R['cc']"),
+        "scheduler_config": Py(scheduler),
+        "speculative_config": Py(_spec_expr(inp)),
+        "diffusion_config": None,
+        "performance_mode": "balanced",
+        "parallel_config": Py(f"Lenient('parallel_config', tensor_parallel_size={inp.tp}, "
+                              "pipeline_parallel_size=1, data_parallel_size=1, "
+                              "prefill_context_parallel_size=1, decode_context_parallel_size=1)"),
+        "attention_config": Py("Lenient('attention_config')"),
+        "lora_config": None,
+        "cache_config": Py("Lenient('cache_config', use_kda_recoverssm=False)"),
+    }
+
+
+def _compilation_expr(t: Targets, inp: Inputs) -> str:
+    return (f"keep('cc', instance({t.cc!r}, cudagraph_mode=attr({t.mode_enum!r} + '.' + "
+            f"{inp.mode!r}), cudagraph_capture_sizes={inp.sizes!r}, "
+            f"max_cudagraph_capture_size={inp.max_size!r}, compile_sizes=None, "
+            "pass_config=Lenient('pass_config', enable_sp=False, "
+            "enable_sequence_parallelism=False)))")
+
+
+def _vc_expr(inp: Inputs, cc_key: str) -> str:
+    """The ``vllm_config`` a dispatcher / graph manager reads."""
+    return (f"Lenient('vllm_config', scheduler_config=ns(max_num_seqs={inp.max_num_seqs}, "
+            f"max_num_batched_tokens={inp.max_num_batched_tokens}), "
+            f"speculative_config={_spec_expr(inp)}, num_speculative_tokens={inp.k}, "
+            "lora_config=None, cache_config=Lenient('cache_config', use_kda_recoverssm=False), "
+            f"parallel_config=Lenient('parallel_config', tensor_parallel_size={inp.tp}, "
+            f"data_parallel_size=1, pipeline_parallel_size=1), compilation_config=R[{cc_key!r}])")
+
+
+def _resolve_args(ctx: RecipeContext, t: Targets, inp: Inputs, v2: bool) -> dict[str, Any]:
+    """What the model runner passes to ``resolve_cudagraph_mode_and_sizes`` (this release's names)."""
+    values: dict[str, Any] = {
+        "min_cg_support": Py(f"attr({(t.support_enum or _SUPPORT)!r} + '.' + {inp.support!r})"),
+        "min_cg_attn_backend": "the assumed attention backend",
+        "uniform_decode_query_len": inp.q,
+        "use_v2_model_runner": v2,
+        "kv_cache_config": None,
+        "max_num_reqs": inp.max_num_seqs,
+        "is_profiling": False,
+        "piecewise_capture_available": True,
+        "tensor_parallel_size": inp.tp,
+    }
+    return {n: values[n] for n in params_of(ctx, t.resolve or "") if n in values}
+
+
+@dataclass
+class Chain:
+    after_config: dict[str, Any]
+    per_runner: dict[str, dict[str, Any]]
+    verdicts: dict[str, list[tuple[int, str, int | None]]]  # runner -> [(N, mode, padded tokens)]
+    v2_unsupported: list[str] | None
+    results: list[Any]
+    defaulted: list[str]
+    notes: list[str]
+
+
+def _stubs(inp: Inputs) -> dict[str, str]:
+    mem, name = _GPUS.get(inp.gpu, _GPUS[90])
+    return {**BASE_STUBS,
+            "current_platform": _PLATFORM.format(gpu=inp.gpu, mem=mem, name=name),
+            "vllm.envs.VLLM_USE_V1": "True",
+            "vllm.envs.VLLM_DISABLE_PAD_FOR_CUDAGRAPH": "False",
+            "in_wsl": "lambda: False",
+            "is_breakable_cudagraph_enabled": "lambda *a, **k: False",
+            "get_captured_lora_counts": "lambda *a, **k: []",
+            "get_pp_group": "lambda: ns(is_first_rank=True, is_last_rank=True)"}
+
+
+def _keys_expr(mode_cls: str) -> str:
+    return (f"Opaque({{attr({mode_cls!r} + '.PIECEWISE'): set(), "
+            f"attr({mode_cls!r} + '.FULL'): set()}}, 'keys')")
+
+
+def _cc_state(key: str, *names: str) -> Py:
+    return Py(f"state(R[{key!r}], " + ", ".join(repr(n) for n in names) + ")")
+
+
+def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> Chain:
+    """Run the whole chain in one child; return what each step left behind."""
+    size_names = ("cudagraph_capture_sizes", "max_cudagraph_capture_size" if t.modern
+                  else "max_capture_size", "cudagraph_mode")
+    calls: list[Call] = []
+    scheduler = (f"ns(max_num_seqs={inp.max_num_seqs}, max_num_batched_tokens="
+                 f"{inp.max_num_batched_tokens}, async_scheduling=False)")
+    if t.scheduler_post_init is not None:
+        # old releases keep --cuda-graph-sizes (and its default) in the scheduler config
+        sched_cls = t.scheduler_post_init.rpartition(".")[0]
+        obj = (f"keep('sched', instance({sched_cls!r}, max_model_len=8192, max_num_seqs="
+               f"{inp.max_num_seqs}, max_num_batched_tokens={inp.max_num_batched_tokens}, "
+               f"enable_chunked_prefill=True, runner_type='generate', is_multimodal_model=False, "
+               f"max_num_partial_prefills=1, cuda_graph_sizes={inp.scheduler_sizes!r}, "
+               "async_scheduling=False))")
+        calls.append(Call(t.scheduler_post_init,
+                          self_attrs={"_recon": Py(f"bind({t.scheduler_post_init!r}, {obj})")}))
+        scheduler = "R['sched']"
+    set_at = len(calls)
+    attrs = _vllm_config_attrs(t, inp, scheduler=scheduler)
+    attrs["compilation_config"] = Py(_compilation_expr(t, inp))
+    calls.append(Call(t.set_sizes, self_attrs=attrs))
+    after_at = len(calls)  # the next call's self shows the state after the size logic
+    for runner in runners:
+        key = f"cc_{runner}"
+        before = {"_recon_cc": _cc_state("cc", *size_names)}
+        if t.resolve is not None:
+            calls.append(Call(t.resolve, args=_resolve_args(ctx, t, inp, runner == "V2"),
+                              self_attrs={**before, "_recon": Py(
+                                  f"bind({t.resolve!r}, keep({key!r}, clone(R['cc'])))")}))
+        elif t.adjust is not None and runner == "V1":
+            args: dict[str, Any] = {"uniform_decode_query_len": inp.q}
+            if "tensor_parallel_size" in params_of(ctx, t.adjust):
+                args["tensor_parallel_size"] = inp.tp
+            calls.append(Call(t.adjust, args=args, self_attrs={**before, "_recon": Py(
+                f"bind({t.adjust!r}, keep({key!r}, clone(R['cc'])))")}))
+    n_max = inp.max_num_seqs or 0
+    first_dispatch: dict[str, int] = {}
+    state_at: dict[str, int] = {}
+    mode_cls = t.mode_enum
+    for runner in runners:
+        key = f"cc_{runner}" if (t.resolve or (t.adjust and runner == "V1")) else "cc"
+        if runner == "V1" and t.modern:
+            disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
+                    f"compilation_config=R[{key!r}], uniform_decode_query_len={inp.q}, "
+                    f"cudagraph_keys={_keys_expr(mode_cls)}, keys_initialized=False, "
+                    "specialize_lora_count=False, captured_lora_counts=[], "
+                    f"cudagraph_mode=attr({mode_cls!r} + '.NONE')))")
+            init_args: dict[str, Any] = {"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode")}
+            if "uniform_decode_query_len" in params_of(ctx, f"{_V1_DISP}.initialize_cudagraph_keys"):
+                init_args["uniform_decode_query_len"] = inp.q
+            state_at[runner] = len(calls)
+            calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys", args=init_args,
+                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
+                                  f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
+            d_params = params_of(ctx, f"{_V1_DISP}.dispatch")
+            if "num_tokens" not in d_params:
+                raise NotApplicable(f"CudagraphDispatcher.dispatch takes ({', '.join(d_params)}) "
+                                    "in this release; recon does not model that dispatcher")
+            first_dispatch[runner] = len(calls)
+            for n in range(1, n_max + 1):
+                calls.append(Call(f"{_V1_DISP}.dispatch",
+                                  args={"num_tokens": n * inp.q, "uniform_decode": True},
+                                  self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
+        elif runner == "V1":
+            # old releases: the runner pads with VllmConfig.pad_for_cudagraph when the step fits
+            # under the largest size, then asks the dispatcher for (num_tokens, uniform_decode)
+            disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
+                    f"compilation_config=R[{key!r}], cudagraph_keys={_keys_expr(mode_cls)}, "
+                    f"keys_initialized=False, cudagraph_mode=R[{key!r}].cudagraph_mode))")
+            state_at[runner] = len(calls)
+            calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys",
+                              args={"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode"),
+                                    "uniform_decode_query_len": inp.q},
+                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
+                                  f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
+            first_dispatch[runner] = len(calls)
+            vc = f"instance({t.vllm_config!r}, compilation_config=R[{key!r}])"
+            for n in range(1, n_max + 1):
+                # a step above the largest size is never padded (the runner's check; the
+                # verdict below marks it eager): ask for 0 tokens instead of indexing past the end
+                tokens = n * inp.q
+                calls.append(Call(f"{t.vllm_config}.pad_for_cudagraph",
+                                  args={"batch_size": Py(f"{tokens} if {tokens} <= "
+                                                         f"R[{key!r}].max_capture_size else 0")},
+                                  self_attrs={"_recon": Py(f"bind({t.vllm_config + '.pad_for_cudagraph'!r}, "
+                                                           f"{vc}, 'pad')")}))
+                calls.append(Call(f"{_V1_DISP}.dispatch", args={"batch_descriptor": Py(
+                    "attr('vllm.forward_context:BatchDescriptor')(num_tokens=R['pad'], "
+                    "uniform_decode=True)")},
+                    self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
+        else:  # V2
+            mgr = (f"keep('m', instance({_V2_MGR!r}, vllm_config={_vc_expr(inp, key)}, "
+                   f"compilation_config=R[{key!r}], cudagraph_mode=R[{key!r}].cudagraph_mode, "
+                   f"decode_query_len={inp.q}, max_num_reqs={n_max}, varlen_decode=False, "
+                   "lora_capture_cases=[0], ubatch_runner=None, "
+                   "_candidates=Opaque({}, 'candidates'), _capture_descs=Opaque({}, 'descs'), "
+                   f"_lora_dispatch_map={{}}, _max_lora_case=0, _graphs_captured=True, "
+                   f"tp_size={inp.tp}, use_breakable_cg=False))")
+            state_at[runner] = len(calls)
+            calls.append(Call(f"{_V2_MGR}._init_candidates",
+                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
+                                  f"bind({_V2_MGR + '._init_candidates'!r}, {mgr})")}))
+            first_dispatch[runner] = len(calls)
+            for n in range(1, n_max + 1):
+                calls.append(Call(f"{_V2_MGR}.dispatch",
+                                  args={"num_reqs": n, "num_tokens": n * inp.q,
+                                        "uniform_token_count": inp.q, "num_active_loras": 0,
+                                        "max_query_len": inp.q},
+                                  self_attrs={"_recon": Py(f"bind({_V2_MGR + '.dispatch'!r}, R['m'])")}))
+    features_at = None
+    if t.v2_features is not None:
+        features_at = len(calls)
+        calls.append(Call(t.v2_features, self_attrs=_vllm_config_attrs(t, inp, scheduler=scheduler)))
+    with helper_file() as helpers:
+        results = run_calls(ctx.snapshot, calls, stubs=_stubs(inp), stub_file=helpers, timeout=120)
+    for i, r in enumerate(results):
+        if r.error is not None and i != features_at:
+            raise ReconError(f"{r.target} raised {r.error.line()} (the release rejects this "
+                             "configuration, or recon models an input it needs wrongly)")
+    del set_at
+    chain = Chain(after_config=results[after_at].self_before.get("_recon_cc", {})
+                  if after_at < len(results) else {}, per_runner={}, verdicts={},
+                  v2_unsupported=None, results=results, defaulted=defaulted(results),
+                  notes=stub_notes(results))
+    for runner in runners:
+        chain.per_runner[runner] = results[state_at[runner]].self_before.get("_recon_cc", {})
+        start = first_dispatch[runner]
+        rows: list[tuple[int, str, int | None]] = []
+        if runner == "V1" and not t.modern:
+            largest = chain.per_runner[runner].get("max_capture_size") or 0
+            for n in range(1, n_max + 1):
+                pad, disp = results[start + 2 * (n - 1)], results[start + 2 * (n - 1) + 1]
+                if n * inp.q > largest:  # the runner's check: eager without asking
+                    rows.append((n, "NONE", None))
+                else:
+                    mode, _ = _verdict(disp.value)
+                    rows.append((n, mode, pad.value))
+        else:
+            for n, r in enumerate(results[start: start + n_max], start=1):
+                rows.append((n, *_verdict(r.value)))
+        chain.verdicts[runner] = rows
+    if features_at is not None:
+        r = results[features_at]
+        chain.v2_unsupported = r.value if r.ok and isinstance(r.value, list) else None
+        if not r.ok and r.error is not None:
+            chain.notes.append(f"could not tell the default model runner: "
+                               f"{t.v2_features.rpartition(':')[2]} raised {r.error.line()}")
+    return chain
+
+
+def _verdict(value: Any) -> tuple[str, int | None]:
+    """(runtime mode, padded tokens) from a dispatcher's return value."""
+    if isinstance(value, list) and len(value) == 2:  # V1: (mode, BatchDescriptor)
+        mode, desc = value
+        padded = None
+        if isinstance(desc, dict):
+            padded = desc.get("num_tokens")
+        elif isinstance(desc, list) and desc:  # a NamedTuple descriptor
+            padded = desc[0]
+        name = str(mode).rpartition(".")[2]
+        return name, (padded if name != "NONE" else None)
+    if isinstance(value, dict):  # V2: BatchExecutionDescriptor
+        name = str(value.get("cg_mode")).rpartition(".")[2]
+        return name, (value.get("num_tokens") if name != "NONE" else None)
+    return "?", None
 
 
 def run(ctx: RecipeContext) -> RecipeResult:
-    target = ctx.first_existing([METHOD])
-    if target is None:
-        raise NotApplicable(f"{ctx.release} has no {METHOD.split(':')[1]} (the spec-decode "
-                            "rounding of capture sizes is not in this release)")
-    sizes, max_size = _sizes(ctx)
-    k = _spec_tokens(ctx)
-    q = k + 1
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release,
-                       inputs={"cudagraph_capture_sizes": sizes, "max_cudagraph_capture_size": max_size,
-                               "num_speculative_tokens": k, "uniform_decode_query_len": q})
-    if k == 0:
-        final, final_max = sizes, max_size
-        res.notes.append("no speculative decoding: the method is not called, sizes stay as configured")
-    else:
-        params = {p.name for p in ctx.index.functions[target].params}
-        args: dict[str, Any] = {"uniform_decode_query_len": q}
-        self_attrs: dict[str, Any] = {"cudagraph_capture_sizes": sizes,
-                                      "max_cudagraph_capture_size": max_size}
-        if "tensor_parallel_size" in params:  # releases up to 0.31 also align to TP under SP
-            args["tensor_parallel_size"] = int(ctx.flags.get("tensor_parallel_size") or 1)
-            comp = ctx.flags.get("compilation_config") or {}
-            enable_sp = bool((comp.get("pass_config") or {}).get("enable_sp", False))
-            self_attrs["pass_config"] = Py(f"ns(enable_sp={enable_sp!r})")
-            res.inputs["tensor_parallel_size"] = args["tensor_parallel_size"]
-        # in_wsl() (reached at import in some releases) asks platform.uname(), which starts a
-        # process; the sandbox refuses that, and the answer does not matter for this method.
-        out = run_function(ctx.snapshot, target, self_attrs=self_attrs, args=args, timeout=60,
-                           stubs={"in_wsl": "lambda: False"})
-        if out.error is not None:
-            res.findings.append(Finding("error", f"the release raises for these sizes: {out.error.line()}"))
-            res.provenance.append(ctx.provenance(target))
-            return res
-        after: dict[str, Any] = out.self_after
-        final = list(after.get("cudagraph_capture_sizes", sizes))
-        final_max = int(after.get("max_cudagraph_capture_size", max_size))
-        res.provenance.append(ctx.provenance(target))
-    res.values = {"configured sizes": sizes, "resolved sizes": final,
-                  "max capture size": final_max, "tokens per decode step": f"requests x {q}"}
-    dropped = [s for s in sizes if s not in final]
-    if dropped:
-        res.findings.append(Finding("warn", f"sizes changed by the release: {sizes} -> {final}"))
-    max_seqs = int(ctx.flags.get("max_num_seqs") or max(1, final_max // q * 2))
-    rows: list[list[Any]] = []
-    prev: list[Any] | None = None
-    for reqs in range(1, max_seqs + 1):
-        tokens = reqs * q
-        pad = next((s for s in final if s >= tokens), None)
-        row = [reqs, tokens, "eager" if pad is None else "graph", "-" if pad is None else pad]
-        switched = prev is not None and prev[2] != row[2]
-        if switched and rows and rows[-1] is not prev:
-            rows.append(prev)  # the last request count before the mode changes
-        if reqs in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, max_seqs) or switched:
-            rows.append(row)
-        prev = row
-    res.tables.append(Table(f"decode step per running requests (k+1 = {q} tokens each)",
-                            ["requests", "tokens", "mode", "padded to"], rows))
-    first_eager = next((r[0] for r in rows if r[2] == "eager"), None)
-    if first_eager is not None:
-        res.findings.append(Finding("warn", f"{first_eager} or more running requests fall back to eager "
-                                    f"(more than {final_max} tokens per decode step)"))
-    else:
-        res.findings.append(Finding("ok", f"every decode step up to {max_seqs} requests runs in a graph"))
+    """Resolve the sizes, then ask each model runner's dispatcher about every N."""
+    t = _targets(ctx)
+    inp = _inputs(ctx)
+    if not inp.mode:
+        inp.mode, inp.mode_from = _default_mode(ctx, t)
+    _batch_defaults(ctx, t, inp)
+    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+    res.inputs = {"cudagraph_capture_sizes": inp.sizes, "max_cudagraph_capture_size": inp.max_size,
+                  "cudagraph_mode": inp.mode, "max_num_seqs": inp.max_num_seqs,
+                  "max_num_batched_tokens": inp.max_num_batched_tokens,
+                  "num_speculative_tokens": inp.k, "tensor_parallel_size": inp.tp}
+    runners = ["V1"] + (["V2"] if t.v2_manager and t.resolve is not None else [])
+    if inp.mode == "NONE":
+        runners = runners[:1]
+    chain = _chain(ctx, t, inp, runners)
+    res.notes += inp.notes
+    _present(ctx, t, inp, runners, chain, res)
     return res
 
 
+def _present(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str], chain: Chain,
+             res: RecipeResult) -> None:
+    v = res.values
+    size_key = "cudagraph_capture_sizes"
+    max_key = "max_cudagraph_capture_size" if t.modern else "max_capture_size"
+    after = chain.after_config
+    v["uniform decode query length (k+1)"] = inp.q
+    v["sizes after the release's size logic"] = after.get(size_key)
+    v["max size after the release's size logic"] = after.get(max_key)
+    default_runner = _default_runner(t, chain)
+    if default_runner:
+        v["default model runner"] = default_runner
+    for runner in runners:
+        st = chain.per_runner.get(runner) or {}
+        label = f"{runner} runner"
+        v[f"{label}: capture sizes"] = st.get(size_key)
+        v[f"{label}: max capture size"] = st.get(max_key)
+        if st.get("cudagraph_mode") is not None:
+            v[f"{label}: cudagraph mode"] = str(st.get("cudagraph_mode")).rpartition(".")[2]
+        rows = chain.verdicts.get(runner) or []
+        in_graph = [n for n, mode, _ in rows if mode != "NONE"]
+        if rows:
+            v[f"{label}: largest N in a graph"] = max(in_graph) if in_graph else 0
+    # per-N table (runs of equal verdicts)
+    if chain.verdicts:
+        table_rows = []
+        keyed = [(n, tuple(_mode_only(chain.verdicts[r][n - 1]) for r in runners
+                           if r in chain.verdicts))
+                 for n in range(1, (inp.max_num_seqs or 0) + 1)]
+        for lo, hi, modes in ranges(keyed):
+            row: list[Any] = [f"{lo}" if lo == hi else f"{lo}-{hi}",
+                              f"{lo * inp.q}" if lo == hi else f"{lo * inp.q}-{hi * inp.q}"]
+            for r_i, runner in enumerate(r for r in runners if r in chain.verdicts):
+                pads = sorted({p for n, _m, p in chain.verdicts[runner][lo - 1: hi] if p is not None})
+                mode = modes[r_i]
+                if mode == "NONE":
+                    row.append("eager (no graph)")
+                else:
+                    span = (f"{pads[0]}" if len(pads) == 1 else f"{pads[0]}..{pads[-1]}") if pads else "?"
+                    row.append(f"{mode} graph, padded to {span} tokens")
+            table_rows.append(row)
+        cols = ["running requests N", "decode tokens N x (k+1)"] + \
+            [f"{r} runner" for r in runners if r in chain.verdicts]
+        res.tables.append(Table(f"decode step per number of running requests (k={inp.k})", cols,
+                                table_rows))
+    # findings
+    if inp.sizes is not None:
+        for runner in runners:
+            final = (chain.per_runner.get(runner) or {}).get(size_key)
+            if final is not None and sorted(set(inp.sizes)) != sorted(final):
+                dropped = sorted(set(inp.sizes) - set(final))
+                added = sorted(set(final) - set(inp.sizes))
+                res.findings.append(Finding("warn", f"{runner} runner: the release changed your "
+                                                    f"cudagraph_capture_sizes {inp.sizes} to {final}"
+                                            + (f" (no longer captured: {dropped}" if dropped else "")
+                                            + (f"; new: {added})" if added else (")" if dropped else ""))))
+    for runner in runners:
+        rows = chain.verdicts.get(runner) or []
+        eager = [n for n, mode, _ in rows if mode == "NONE"]
+        if eager and rows:
+            first = eager[0]
+            res.findings.append(Finding(
+                "warn", f"{runner} runner: with {first} or more running requests "
+                        f"({first * inp.q}+ tokens per decode step) the step runs eager, outside "
+                        f"any CUDA graph (largest graph: "
+                        f"{(chain.per_runner.get(runner) or {}).get(max_key)} tokens)"))
+        elif rows:
+            res.findings.append(Finding("ok", f"{runner} runner: every decode step up to "
+                                              f"--max-num-seqs {inp.max_num_seqs} runs in a graph"))
+    if inp.mode == "NONE":
+        res.findings.append(Finding("info", f"cudagraph mode NONE ({inp.mode_from}): every step is eager"))
+    res.notes.append(f"cudagraph mode {inp.mode} from {inp.mode_from}")
+    if t.resolve:
+        res.notes.append(f"attention backend CUDA-graph support assumed {inp.support} "
+                         "(--set attn_cg_support=ALWAYS|UNIFORM_BATCH|UNIFORM_SINGLE_TOKEN_DECODE|NEVER)")
+    res.notes.append(f"GPU assumed sm{inp.gpu} (--set gpu=sm100 for Blackwell: larger default ceiling)")
+    if "V2" in runners:
+        res.notes.append("V2 runner verdicts assume its graphs were captured "
+                         "(CudaGraphManager._graphs_captured=True, as after warm-up)")
+    if not t.modern:
+        res.notes.append("old release: a step pads to a captured size only when its token count "
+                         "is <= the largest one (gpu_model_runner's check before "
+                         "pad_for_cudagraph); larger steps run eager")
+    res.notes += chain.notes
+    if chain.defaulted:
+        res.notes.append("config fields recon does not model, read as unset: "
+                         + ", ".join(chain.defaulted))
+    res.provenance = ran_provenance(ctx, chain.results)
+
+
+def _mode_only(row: tuple[int, str, int | None]) -> str:
+    return row[1]
+
+
+def _default_runner(t: Targets, chain: Chain) -> str | None:
+    if t.v2_features is None:
+        return "V1 (the only GPU model runner with CUDA graphs here)" if not t.v2_manager else None
+    if chain.v2_unsupported is None:
+        return None
+    if chain.v2_unsupported:
+        return f"V1 (V2 lacks: {', '.join(chain.v2_unsupported)})"
+    return "V2 (VllmConfig.use_v2_model_runner with VLLM_USE_V2_MODEL_RUNNER unset; =0 selects V1)"
+
+
 register(Recipe(
-    name=NAME, engine="vllm",
-    title="CUDA graph capture sizes after spec-decode rounding; graph or eager per running requests",
-    why=("Seed 000: with MTP k=3, [1,2,4,8,16,32,64] silently became [4,8,16,32,64]; more than 16 "
-         "requests per decode step ran eager. Runs the release's own adjust_cudagraph_sizes_for_spec_decode."),
-    reads_flags=["compilation_config", "speculative_config", "num_speculative_tokens", "max_num_seqs"],
-    reads_config=[], run=run,
-    example=("--flags \"vllm serve M --max-num-seqs 32 --speculative-config "
-             "'{\\\"method\\\": \\\"mtp\\\", \\\"num_speculative_tokens\\\": 3}' --compilation-config "
-             "'{\\\"cudagraph_capture_sizes\\\": [1,2,4,8,16,32,64]}'\""),
-    demos=[(None, "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs 32 "
-                  "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}' "
-                  "--compilation-config '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64]}'")],
+    name=NAME,
+    engine="vllm",
+    title="CUDA-graph capture sizes the release really uses, and which decode steps run eager",
+    why=("With MTP and num_speculative_tokens=3, vLLM silently rounds every capture size up to a "
+         "multiple of 4 and drops those above the max: [1,2,4,8,16,32,64] becomes [4,8,16,32,64], "
+         "and a decode step of more than 16 requests (64 tokens) runs eager (field notes, seed 000 "
+         "section 9). Options: --set attn_cg_support=UNIFORM_BATCH, gpu=sm90, cudagraph_mode=..."),
+    reads_flags=["compilation_config", "max_num_seqs", "max_num_batched_tokens",
+                 "speculative_config", "tensor_parallel_size", "enforce_eager", "cuda_graph_sizes"],
+    reads_config=[],
+    run=run,
+    example=("--flags 'vllm serve M --max-num-seqs 16 --speculative-config "
+             "\"{\\\"method\\\":\\\"mtp\\\",\\\"num_speculative_tokens\\\":3}\" --compilation-config "
+             "\"{\\\"cudagraph_capture_sizes\\\":[1,2,4,8,16,32,64],\\\"max_cudagraph_capture_size\\\":64}\"'"),
+    demos=[
+        (None, "vllm serve zai-org/GLM-5.3-Flash --max-num-seqs 16 --max-num-batched-tokens 8192 "
+               "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' "
+               "--compilation-config '{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\","
+               "\"cudagraph_capture_sizes\":[1,2,4,8,16,32,64],\"max_cudagraph_capture_size\":64}'"),
+        (None, "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 256 "
+               "--max-num-batched-tokens 8192"),
+    ],
 ))
