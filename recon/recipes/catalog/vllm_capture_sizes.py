@@ -56,6 +56,8 @@ _V1_DISP = "vllm.v1.cudagraph_dispatcher:CudagraphDispatcher"
 _V2_MGR = "vllm.v1.worker.gpu.cudagraph_utils:CudaGraphManager"
 _SUPPORT = "vllm.v1.attention.backend:AttentionCGSupport"
 _SUPPORT_OLD = "vllm.v1.attention.backends.utils:AttentionCGSupport"
+_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+_SUPPORTS = ("ALWAYS", "UNIFORM_BATCH", "UNIFORM_SINGLE_TOKEN_DECODE", "NEVER")
 
 
 @dataclass
@@ -110,10 +112,7 @@ def _targets(ctx: RecipeContext) -> Targets:
     t.v2_manager = has(ctx, f"{_V2_MGR}._init_candidates") and has(ctx, f"{_V2_MGR}.dispatch")
     t.v2_features = ctx.first_existing([f"{vc_mod}:VllmConfig._get_v2_model_runner_unsupported_features"])
     t.batch_defaults = ctx.first_existing(["vllm.engine.arg_utils:EngineArgs.get_batch_defaults"])
-    t.support_enum = next((f"{m}:AttentionCGSupport" for m in (_SUPPORT.partition(":")[0],
-                                                               _SUPPORT_OLD.partition(":")[0])
-                           if any(q.startswith(f"{m}:AttentionCGSupport") for q in funcs)
-                           or f"{m}" in ctx.index.modules), None)
+    t.support_enum = next((q for q in (_SUPPORT, _SUPPORT_OLD) if q in ctx.index.classes), None)
     return t
 
 
@@ -157,13 +156,18 @@ def _inputs(ctx: RecipeContext) -> Inputs:
     if mode is None:
         mode, mode_from = "", ""  # filled from the release by _default_mode
     mode = str(mode).upper()
+    if mode and mode not in _MODES:
+        raise ReconError(f"cudagraph_mode {mode!r}: expected one of {', '.join(_MODES)}")
     if ctx.flags.get("enforce_eager"):
         mode, mode_from = "NONE", "--enforce-eager"
+    support = str(ctx.options.get("attn_cg_support", "UNIFORM_BATCH")).upper()
+    if support not in _SUPPORTS:
+        raise ReconError(f"--set attn_cg_support={support}: expected one of {', '.join(_SUPPORTS)}")
     return Inputs(k=k, q=k + 1, max_num_seqs=ctx.flags.get("max_num_seqs"),
                   max_num_batched_tokens=ctx.flags.get("max_num_batched_tokens"),
                   sizes=sizes, max_size=max_size, mode=mode, mode_from=mode_from,
                   tp=ctx.flags.get("tensor_parallel_size") or 1, spec_method=method,
-                  support=str(ctx.options.get("attn_cg_support", "UNIFORM_BATCH")).upper(),
+                  support=support,
                   gpu=gpu_family(ctx), scheduler_sizes=list(ctx.flags.get("cuda_graph_sizes") or []))
 
 
@@ -391,6 +395,8 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
     mode_cls = t.mode_enum
     for runner in runners:
         key = f"cc_{runner}" if (t.resolve or (t.adjust and runner == "V1")) else "cc"
+        if runner == "V1" and not t.v1_dispatcher:
+            continue  # no V1 dispatcher to ask: sizes only (see run())
         if runner == "V1" and t.modern:
             disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
                     f"compilation_config=R[{key!r}], uniform_decode_query_len={inp.q}, "
@@ -475,6 +481,9 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
                   v2_unsupported=None, results=results, defaulted=defaulted(results),
                   notes=stub_notes(results))
     for runner in runners:
+        if runner not in state_at:
+            chain.per_runner[runner] = chain.after_config
+            continue
         chain.per_runner[runner] = results[state_at[runner]].self_before.get("_recon_cc", {})
         start = first_dispatch[runner]
         rows: list[tuple[int, str, int | None]] = []
@@ -583,6 +592,17 @@ def _present(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str], ch
             [f"{r} runner" for r in runners if r in chain.verdicts]
         res.tables.append(Table(f"decode step per number of running requests (k={inp.k})", cols,
                                 table_rows))
+        if (inp.max_num_seqs or 0) <= 64:
+            shown = [r for r in runners if r in chain.verdicts]
+            detail = []
+            for n in range(1, (inp.max_num_seqs or 0) + 1):
+                row = [n, n * inp.q]
+                for runner in shown:
+                    _, mode, padded = chain.verdicts[runner][n - 1]
+                    row.append("eager" if mode == "NONE" else f"{mode} {padded}")
+                detail.append(row)
+            res.tables.append(Table("per N: runtime mode and padded token count",
+                                    ["N", "tokens"] + [f"{r} runner" for r in shown], detail))
     # findings
     if inp.sizes is not None:
         for runner in runners:
@@ -662,6 +682,11 @@ register(Recipe(
                "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' "
                "--compilation-config '{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\","
                "\"cudagraph_capture_sizes\":[1,2,4,8,16,32,64],\"max_cudagraph_capture_size\":64}'"),
+        # the same deployment before: graphs up to 32 tokens, i.e. 8 requests of 4 tokens
+        (None, "vllm serve zai-org/GLM-5.3-Flash --max-num-seqs 16 --max-num-batched-tokens 8192 "
+               "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' "
+               "--compilation-config '{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\","
+               "\"cudagraph_capture_sizes\":[1,2,4,8,16,32],\"max_cudagraph_capture_size\":32}'"),
         (None, "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 256 "
                "--max-num-batched-tokens 8192"),
     ],

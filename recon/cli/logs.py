@@ -1,0 +1,55 @@
+"""``recon logs SERVERLOG [--snapshot S --config C --flags "..."]``: read what the engine said.
+
+Without a snapshot: the timeline, the numbers and the known traps. With one:
+the matching recipes run on that release and every number the engine printed
+is set beside recon's prediction. Exit status 1 when a prediction disagrees,
+so a script can gate on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..writer import write_text
+from .output import console, emit_json
+from .recipe import parse_sets
+
+
+def logs_cmd(
+    serverlog: Path = typer.Argument(..., help="The engine's log (docker/kubectl logs output)."),
+    snapshot: str | None = typer.Option(None, "--snapshot", "-s",
+                                        help="Snapshot name/path, or any SOURCE (pip:vllm==0.33.0): "
+                                             "compare with recon's predictions for this release."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json."),
+    flags: str | None = typer.Option(None, "--flags",
+                                     help="The serve command line, quoted (default: recovered "
+                                          "from the log's own argument line)."),
+    sets: list[str] = typer.Option([], "--set", help="Recipe option KEY=VALUE, for every recipe."),
+    engine: str | None = typer.Option(None, "--engine", help="vllm or sglang (default: detected)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    markdown: Path | None = typer.Option(None, "--markdown",
+                                         help="Also write the report as Markdown to this file "
+                                              "('-' prints it instead of the tables)."),
+) -> None:
+    """Parse a vLLM/SGLang server log; with --snapshot, predicted vs observed (exit 1 on a mismatch)."""
+    from ..logs import analyze, render_console, render_markdown
+
+    report = analyze(serverlog, snapshot=snapshot, config=config, flags=flags,
+                     options=parse_sets(sets), engine=engine)
+    if as_json:
+        emit_json(report.to_json())
+    elif markdown is None or str(markdown) != "-":
+        render_console(report, console)
+    if markdown is not None:
+        if str(markdown) == "-":
+            print(render_markdown(report))
+        else:
+            write_text(markdown, render_markdown(report))
+    if report.mismatches:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("logs")(logs_cmd)

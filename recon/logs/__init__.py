@@ -1,0 +1,77 @@
+"""Read an engine's server log and set what it printed beside what recon computes.
+
+    from recon.logs import analyze
+    report = analyze("server.log")                      # timeline, numbers, traps
+    report = analyze("server.log", snapshot="pip:vllm==0.33.0",
+                     config="config.json")              # + predicted vs observed
+    print(render_markdown(report))
+
+Investigators trust the engine's own numbers over their arithmetic (field
+notes); this closes the loop: every number the engine printed, the trap it
+hints at, and, given the release, whether recon's answer agrees.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .compare import LINKS, run_predictions, same
+from .models import Comparison, ErrorReport, Event, LogReport, Observed, ServerLog, Trap
+from .parse import parse_text, read_log
+from .patterns import PATTERNS, match_line
+from .quantities import QUANTITIES
+from .report import render_console, render_markdown
+from .traps import find_traps
+
+
+def analyze(path: str | Path | None = None, *, text: str | None = None,
+            snapshot: Any = None, config: str | Path | dict[str, Any] | None = None,
+            flags: str | list[str] | None = None, options: dict[str, Any] | None = None,
+            engine: str | None = None) -> LogReport:
+    """Parse a log, find traps, and (with ``snapshot``) compare with the recipes' answers.
+
+    ``snapshot`` is a :class:`~recon.snapshot.Snapshot`, a snapshot name/path or
+    any SOURCE (``pip:vllm==0.33.0``). Without ``flags`` the flags come from
+    the log's own argument line.
+    """
+    log = parse_text(text, engine=engine) if text is not None else read_log(path, engine=engine)
+    find_traps(log)
+    report = LogReport(log)
+    if snapshot is None:
+        return report
+    from ..recipes import parse_flags
+    from ..snapshot import Snapshot
+    from ..snapshotter import ensure_snapshot
+
+    snap = snapshot if isinstance(snapshot, Snapshot) else ensure_snapshot(str(snapshot))
+    report.snapshot = snap.name
+    report.release = f"{snap.package} {snap.version or '?'}"
+    if flags is not None:
+        fl = parse_flags(flags)
+        report.flags_from = "--flags"
+    elif log.args:
+        from .argline import args_to_argv
+
+        fl = parse_flags(args_to_argv(log.args, log.engine))
+        report.flags_from = f"the log's argument line (line {log.args_line})"
+    else:
+        fl = parse_flags(None)
+        report.flags_from = "none (no --flags and no argument line in the log)"
+        report.notes.append("no argument line in the log and no --flags: recipes ran with the "
+                            "engine's defaults")
+    report.flags = fl.values
+    if log.engine and log.engine != snap.package:
+        report.notes.append(f"the log is from {log.engine}, the snapshot holds {snap.package}")
+    if log.version and snap.version and log.version.split("+")[0] != snap.version.split("+")[0]:
+        report.notes.append(f"the log's engine is {log.engine} {log.version}, the snapshot is "
+                            f"{snap.version}: predictions are for the snapshot's release")
+    if config is None:
+        report.notes.append("no --config: recipes that need the model's config.json say so")
+    run_predictions(report, snap, config=config, flags=fl, options=options)
+    return report
+
+
+__all__ = ["LINKS", "PATTERNS", "QUANTITIES", "Comparison", "ErrorReport", "Event", "LogReport",
+           "Observed", "ServerLog", "Trap", "analyze", "find_traps", "match_line", "parse_text",
+           "read_log", "render_console", "render_markdown", "same"]

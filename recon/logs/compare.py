@@ -1,0 +1,223 @@
+"""Predicted vs observed: run the recipes for the log's release, config and flags.
+
+Two ways a recipe's answer becomes a prediction of a logged quantity:
+
+* :data:`LINKS` maps an observed quantity to the recipe (and the ``values``
+  key) that computes it; keys are listed newest wording first, so a recipe
+  renaming a key is one edit here;
+* a recipe that runs the release's own code reports the messages the release
+  logged while it ran (findings ``the release logged: ...``); those messages
+  go through the same pattern table as the server log, so the prediction and
+  the observation are read by the same rows.
+
+A recipe that is not installed, not applicable, or fails gives "no
+prediction" with the reason, never a made-up number. A mismatch is either a
+recon bug or a configuration the user did not expect; both are worth a line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ReconError
+from .models import Comparison, LogReport, ServerLog
+from .patterns import match_line
+from .quantities import QUANTITIES
+
+
+@dataclass(frozen=True)
+class Link:
+    """Observed quantity ``quantity`` is predicted by ``recipe`` under one of ``keys``."""
+
+    quantity: str
+    recipe: str
+    keys: tuple[str, ...]
+    engine: str = "vllm"
+
+
+LINKS: list[Link] = [
+    Link("attention_block_size", "vllm-hybrid-page-align",
+         ("attention block size (tokens)", "attention_block_size")),
+    Link("mamba_padding_pct", "vllm-hybrid-page-align", ("mamba padding", "mamba_padding_pct")),
+    Link("mamba_cache_mode", "vllm-hybrid-page-align", ("mamba cache mode", "mamba_cache_mode")),
+    # the config line is printed before the model runner rounds sizes for spec decode
+    Link("cudagraph_capture_sizes", "vllm-capture-sizes",
+         ("sizes after the release's size logic", "cudagraph_capture_sizes")),
+    Link("max_cudagraph_capture_size", "vllm-capture-sizes",
+         ("max size after the release's size logic", "max_cudagraph_capture_size")),
+    Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
+    Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
+    Link("max_total_num_tokens", "kv-capacity", ("max_total_num_tokens", "KV pool tokens"),
+         engine="sglang"),
+]
+
+#: What a recipe is *given* from the log rather than asked to predict: recipe -> option ->
+#: observed quantity. The engine's own measurement (free memory after profiling) cannot be
+#: computed offline; the capacity that follows from it can. A ``--set`` of the same option wins.
+INPUTS: dict[str, dict[str, str]] = {
+    "kv-capacity": {"available_kv_gib": "available_kv_cache_memory_gib"},
+}
+
+#: Recipes that predict nothing the log prints but check the configuration the log reveals,
+#: run when the log shows their situation; their verdicts become ``report.checks``. The engine's
+#: own numbers are their inputs (INPUTS), so the check is about *this* server.
+CHECKS: dict[str, Callable[[ServerLog], bool]] = {
+    # seed 000: align mode's running-state column, with the mamba block size the engine chose
+    "vllm-mamba-align-column": lambda log: log.value("mamba_cache_mode") == "align",
+}
+INPUTS["vllm-mamba-align-column"] = {"mamba_block_size": "attention_block_size",
+                                     "max_model_len": "max_model_len"}
+
+#: How recipes word "the release's code printed this" in their findings.
+_LOGGED = ("the release logged: ", "the release logs: ")
+
+
+def recipes_for(log: ServerLog, engine: str) -> list[str]:
+    """Recipes worth running: those predicting something this log printed, in table order."""
+    out: list[str] = []
+    for link in LINKS:
+        if link.engine == engine and link.quantity in log.observed and link.recipe not in out:
+            out.append(link.recipe)
+    return out
+
+
+def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any,
+                    options: dict[str, Any] | None) -> None:
+    """Run the recipes and fill ``report.comparisons`` and ``report.recipes``."""
+    from ..recipes import all_recipes, run_recipe
+
+    log = report.log
+    engine = snapshot.package
+    known = {r.name for r in all_recipes()}
+    predicted: dict[str, tuple[Any, str, str]] = {}  # quantity -> (value, recipe, key)
+    why_not: dict[str, str] = {}
+    checks = [name for name, applies in CHECKS.items() if applies(log)]
+    for name in recipes_for(log, engine) + checks:
+        if name not in known:
+            why_not[name] = f"recipe {name} not available"
+            continue
+        opts = dict(options or {})
+        for option, quantity in INPUTS.get(name, {}).items():
+            if option not in opts and quantity in log.observed:
+                opts[option] = log.observed[quantity].value
+                report.inputs.append({"recipe": name, "option": option, "quantity": quantity,
+                                      "value": opts[option], "line": log.observed[quantity].line})
+        try:
+            res = run_recipe(name, snapshot, config=config, flags=flags, options=opts)
+        except ReconError as err:
+            why_not[name] = f"recipe {name} failed: {err}"
+            continue
+        except Exception as err:  # noqa: BLE001 - one broken recipe must not hide the others
+            why_not[name] = (f"recipe {name} crashed (a recon bug, please report): "
+                             f"{type(err).__name__}: {err}")
+            continue
+        if not res.applicable:
+            why_not[name] = f"recipe {name} not applicable: {res.reason}"
+            continue
+        report.recipes[name] = "ran"
+        if name in checks:
+            report.checks += [{"recipe": name, "level": f.level, "text": f.text}
+                              for f in res.findings if f.level != "info"]
+            continue
+        for q, (value, key) in _predictions_of(res, name, engine).items():
+            predicted.setdefault(q, (value, name, key))
+    report.recipes.update({k: v for k, v in why_not.items() if k not in report.recipes})
+    report.comparisons = _compare(log, predicted, why_not, engine)
+
+
+def _predictions_of(res: Any, name: str, engine: str) -> dict[str, tuple[Any, str]]:
+    out: dict[str, tuple[Any, str]] = {}
+    for link in LINKS:
+        if link.recipe != name or link.engine != engine:
+            continue
+        for key in link.keys:
+            found = [k for k in res.values if (k.startswith(key[:-1]) if key.endswith("*")
+                                                else k == key) and res.values[k] is not None]
+            if found:
+                out[link.quantity] = (normalise(res.values[found[0]]), found[0])
+                break
+    for f in res.findings:
+        prefix = next((p for p in _LOGGED if f.text.startswith(p)), None)
+        if prefix is not None:
+            hit = match_line(f.text[len(prefix):], engine)
+            if hit is None:
+                continue
+            for q, v in hit.values.items():
+                if q in QUANTITIES and q not in ("args", "resolved"):
+                    out.setdefault(q, (v, "logged by the release's code"))
+    return out
+
+
+def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
+             why_not: dict[str, str], engine: str) -> list[Comparison]:
+    rows: list[Comparison] = []
+    names = [lk.quantity for lk in LINKS if lk.engine == engine]
+    names += [q for q in predicted if q not in names]
+    for q in names:
+        obs = log.observed.get(q)
+        label = QUANTITIES[q].label if q in QUANTITIES else q
+        if q in predicted:
+            value, recipe, key = predicted[q]
+            if obs is None:
+                rows.append(Comparison(q, label, None, None, value, recipe, key, "not in log",
+                                       "predicted, but the log does not print it"))
+                continue
+            ok = same(obs.value, value, obs.raw)
+            rows.append(Comparison(q, label, obs.value, obs.line, value, recipe, key,
+                                   "match" if ok else "mismatch",
+                                   "" if ok else _mismatch_note(recipe)))
+        elif obs is not None:
+            link = next((lk for lk in LINKS if lk.quantity == q and lk.engine == engine), None)
+            why = why_not.get(link.recipe) if link else None
+            note = why or (f"recipe {link.recipe} gave no value for it" if link else "")
+            rows.append(Comparison(q, label, obs.value, obs.line, None,
+                                   link.recipe if link else None, None, "no prediction", note))
+    return rows
+
+
+def _mismatch_note(recipe: str) -> str:
+    return (f"recon bug, or config/flags/GPU other than given: see the assumptions in "
+            f"`recon recipe run {recipe}` notes")
+
+
+_PCT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*%")
+
+
+def normalise(value: Any) -> Any:
+    """Recipe values as logs print them: ``"2.86%"`` -> 2.86, tuples -> lists."""
+    if isinstance(value, str):
+        m = _PCT.match(value)
+        if m:
+            return float(m.group(1))
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def same(observed: Any, predicted: Any, printed: str | None = None) -> bool:
+    """Equal as far as the log's printed precision can tell."""
+    if isinstance(observed, bool) or isinstance(predicted, bool):
+        return bool(observed) == bool(predicted)
+    if isinstance(observed, (int, float)) and isinstance(predicted, (int, float)):
+        tol = 1e-9
+        if printed and "." in printed:
+            tol += 0.5 * 10 ** -len(printed.rsplit(".", 1)[1])
+        elif isinstance(observed, float) or isinstance(predicted, float):
+            tol += 1e-6 * max(abs(observed), abs(predicted))
+        return abs(float(observed) - float(predicted)) <= tol
+    if isinstance(observed, list) and isinstance(predicted, list):
+        try:
+            return sorted(observed) == sorted(predicted)
+        except TypeError:
+            return observed == predicted
+    if isinstance(observed, str) and isinstance(predicted, str):
+        return observed.strip().casefold() == predicted.strip().casefold()
+    return observed == predicted

@@ -1,0 +1,259 @@
+"""Read a server log: take each line's prefix apart, match the table, collect errors.
+
+Logs arrive as ``docker logs`` / ``kubectl logs`` output, with or without
+their timestamps, with colour codes, with worker lines interleaved, with
+tracebacks whose every line carries a vLLM worker prefix. Nothing in a log is
+trusted to be well formed: a line recon cannot read is skipped, never fatal.
+
+Lines repeated by every tensor-parallel rank are folded into one event (with a
+count), and a quantity that differs between ranks or between start-ups keeps
+every distinct value, so disagreement is visible rather than averaged away.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReconError
+from .models import ErrorReport, Event, LogLine, Observed, ServerLog
+from .patterns import BY_ID, match_line
+from .quantities import QUANTITIES
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# stamps added outside the engine: `docker logs -t` / `kubectl logs --timestamps` (ISO), and
+# collectors that write "2026-05-01 19:08:28.357 | " before each line
+_OUTER_TS = re.compile(r"^\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+|"
+                       r" \d\d:\d\d:\d\d(?:\.\d+)?\s*\|\s?)")
+_VLLM = re.compile(
+    r"^(?:\((?P<proc>[^()]+)\)\s+)?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+"
+    r"(?P<time>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"(?:\[(?P<src>[^\]]+)\]|(?P<src_old>[\w./-]+\.py:\d+)\])\s?(?P<msg>.*)$")
+_SGLANG = re.compile(
+    r"^(?:\((?P<proc>[^()]+)\)\s+)?\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<ranks>(?:\s+[A-Z_]+\d+)*)\]\s?(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+)?"
+    r"(?P<msg>.*)$")
+_PROC_ONLY = re.compile(r"^\((?P<proc>[\w ]+ pid=\d+(?:, ip=[\d.]+)?)\)\s?(?P<msg>.*)$")
+_UVICORN = re.compile(r"^(?P<level>INFO|WARNING|ERROR):\s+(?P<msg>.*)$")
+
+_TB_START = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault)|"
+                  r"AssertionError|KeyboardInterrupt|StopIteration)\b(?::.*)?$")
+_CONTINUED = ("GPU ", "Including non-PyTorch", "Of the allocated", "CUDA kernel errors",
+              "For debugging", "Compile with", "Search for `cudaError", "If reserved but")
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def split_prefix(no: int, raw: str) -> LogLine:
+    """Take the engine's prefix (process, level, time, file:line) off one line."""
+    text = _ANSI.sub("", raw.rstrip("\r\n")).rsplit("\r", 1)[-1]  # a progress bar's last state
+    text = _OUTER_TS.sub("", text)
+    m = _VLLM.match(text)
+    if m:
+        return LogLine(no, m["msg"], raw, m["level"], m["time"], m["proc"],
+                       m["src"] or m["src_old"], "vllm" if m["src"] else "vllm-old")
+    m = _SGLANG.match(text)
+    if m:
+        ranks = (m["ranks"] or "").strip() or None
+        proc = " ".join(x for x in (m["proc"], ranks) if x) or None
+        return LogLine(no, m["msg"], raw, m["level"], m["time"], proc, None, "sglang")
+    m = _PROC_ONLY.match(text)
+    if m:
+        return LogLine(no, m["msg"], raw, None, None, m["proc"], None, "vllm-proc")
+    m = _UVICORN.match(text)
+    if m:
+        return LogLine(no, m["msg"], raw, m["level"], None, None, None, "uvicorn")
+    return LogLine(no, text, raw, None, None, None, None, "bare")
+
+
+class _Tracebacks:
+    """Per-process traceback state: vLLM workers interleave theirs line by line."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, ErrorReport] = {}
+        self.last_error: dict[str, tuple[int, ErrorReport]] = {}
+        self.done: list[ErrorReport] = []
+        self.recent = ""
+
+    def feed(self, ln: LogLine) -> bool:
+        """True when the line belonged to an error (so it is not matched as anything else)."""
+        key = ln.process or ""
+        msg = ln.text.strip()
+        if key not in self.open and ln.style == "bare" and self.recent in self.open:
+            key = self.recent  # SGLang logs a traceback as one message: its lines carry no prefix
+        tb = self.open.get(key)
+        if tb is not None:
+            self.recent = key
+            fm = _FRAME.match(msg)
+            if fm:
+                frame = f"{fm['file']}:{fm['line']} in {fm['func']}"
+                tb.first_frame = tb.first_frame or frame
+                tb.last_frame = frame
+                return True
+            if msg.startswith(_CHAIN) or msg == _TB_START or not msg:
+                return True
+            if _EXC.match(msg):
+                if tb.exception and tb.exception != msg:  # chained: keep the root cause too
+                    tb.cause = tb.cause or tb.exception
+                tb.exception = msg
+                return True
+            if ln.text[:1].isspace():
+                return True  # a source line quoted by the traceback
+            if tb.exception and msg.startswith(_CONTINUED):
+                return True  # the exception message goes on (CUDA OOM prints four lines)
+            # anything else ends it (the exception line may have been cut off)
+            self._close(key)
+        if msg.endswith(_TB_START):
+            recent = self.last_error.get(key)
+            head = msg[: -len(_TB_START)].strip().rstrip(":") or None
+            if recent and ln.no - recent[0] <= 3:
+                err = recent[1]
+            else:
+                err = ErrorReport(ln.no, head or "traceback", process=ln.process, time=ln.time)
+                self.done.append(err)
+            self.open[key] = err
+            self.recent = key
+            return True
+        if ln.level in ("ERROR", "CRITICAL") or (ln.style == "bare" and _EXC.match(msg)):
+            err = ErrorReport(ln.no, msg, exception=msg if _EXC.match(msg) else None,
+                              process=ln.process, time=ln.time)
+            self.done.append(err)
+            self.last_error[key] = (ln.no, err)
+            return True
+        return False
+
+    def _close(self, key: str) -> None:
+        err = self.open.pop(key, None)
+        if err is not None and err.headline == "traceback" and err.exception:
+            err.headline = err.exception
+
+    def finish(self) -> list[ErrorReport]:
+        for key in list(self.open):
+            self._close(key)
+        folded: dict[tuple[str, str | None], ErrorReport] = {}
+        for err in self.done:
+            k = (err.headline, err.exception)
+            if k in folded:
+                folded[k].count += 1
+            else:
+                folded[k] = err
+        return list(folded.values())
+
+
+def read_log(path: str | Path, *, engine: str | None = None) -> ServerLog:
+    """Parse a server log file (``-`` is not accepted: recon cites line numbers of a file)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError as err:
+        raise ReconError(f"log not found: {p}") from err
+    except IsADirectoryError as err:
+        raise ReconError(f"{p} is a folder; pass the log file") from err
+    return parse_text(data.decode("utf-8", errors="replace"), path=str(p), engine=engine)
+
+
+def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) -> ServerLog:
+    """Parse log text: events, observed quantities, arguments, errors."""
+    if engine not in (None, "vllm", "sglang"):
+        raise ReconError(f"--engine must be vllm or sglang, got {engine!r}")
+    tbs = _Tracebacks()
+    events: list[Event] = []
+    printed: dict[int, dict[str, str]] = {}
+    votes: Counter[str] = Counter()
+    n = 0
+    # split on "\n" only: a tqdm bar's "\r" updates stay one line, so numbers match `grep -n`
+    for n, raw in enumerate(text.split("\n"), 1):
+        ln = split_prefix(n, raw)
+        if tbs.feed(ln):
+            continue
+        hit = match_line(ln.text, engine)
+        if hit is None:
+            continue
+        pat = hit.pattern
+        if pat.engine != "any":
+            votes[pat.engine] += 1
+        events.append(Event(n, pat.id, pat.engine, hit.values, ln.text.strip(), ln.time,
+                            ln.process, ln.level))
+        printed[n] = hit.printed
+    found = engine or (votes.most_common(1)[0][0] if votes else None)
+    lines = n - 1 if text.endswith("\n") else n  # a final newline ends a line, it starts none
+    log = ServerLog(path=path, engine=found, version=None, lines=lines)
+    log.errors = tbs.finish()
+    _collect(log, events, printed)
+    return log
+
+
+def _start_boundaries(events: list[Event]) -> list[int]:
+    """Line numbers where an engine start-up begins (its argument line, else its version line)."""
+    for kind in ("args", "version", "config"):
+        lines = [e.line for e in events if BY_ID[e.pattern].kind == kind]
+        if lines:
+            return lines
+    return [events[0].line] if events else []
+
+
+def _collect(log: ServerLog, events: list[Event], printed: dict[int, dict[str, str]]) -> None:
+    starts = _start_boundaries(events)
+    log.starts = len(starts)
+    last_start = starts[-1] if starts else 0
+    seg_of = lambda line: sum(1 for s in starts if s <= line)  # noqa: E731
+    folded: dict[tuple[int, str, str], Event] = {}
+    formats: list[str] = []
+    for ev in events:
+        pat = BY_ID[ev.pattern]
+        if ev.pattern not in formats:
+            formats.append(ev.pattern)
+        if pat.series:
+            if pat.kind == "spec" and _is_spec_window(ev):
+                log.spec_windows.append({"line": ev.line, "time": ev.time, "process": ev.process,
+                                         "pattern": ev.pattern, **ev.values})
+            log.events.append(ev)
+            continue
+        key = (seg_of(ev.line), ev.pattern, _fold_key(ev.values))
+        if key in folded:
+            folded[key].repeats += 1
+            continue
+        folded[key] = ev
+        log.events.append(ev)
+        if pat.kind == "args":
+            log.args, log.args_line = ev.values.get("args", {}), ev.line
+            continue
+        for name, value in ev.values.items():
+            if name == "resolved":
+                log.resolved, log.resolved_line = value, ev.line
+                continue
+            if name == "args":
+                continue
+            _observe(log, name, value, ev, printed.get(ev.line, {}).get(name), last_start)
+    log.formats = formats
+    if "version" in log.observed:
+        log.version = str(log.observed["version"].value)
+
+
+def _fold_key(values: dict[str, Any]) -> str:
+    """What makes two rank lines "the same": their values, timings aside (ranks differ by ms)."""
+    return repr(sorted((k, v) for k, v in values.items()
+                       if not (k in QUANTITIES and QUANTITIES[k].unit == "s")))
+
+
+def _is_spec_window(ev: Event) -> bool:
+    return any(k.startswith("spec_") for k in ev.values)
+
+
+def _observe(log: ServerLog, name: str, value: Any, ev: Event, raw: str | None,
+             last_start: int) -> None:
+    q = QUANTITIES.get(name)
+    obs = log.observed.get(name)
+    seen = {"value": value, "line": ev.line, "process": ev.process}
+    if obs is None:
+        log.observed[name] = Observed(name, value, ev.line, raw, q.label if q else name,
+                                      q.unit if q else "", [seen])
+        return
+    if all(repr(s["value"]) != repr(value) for s in obs.seen):
+        obs.seen.append(seen)
+    # the last start-up's value is the one that describes the running server
+    if ev.line >= last_start or obs.line < last_start:
+        obs.value, obs.line, obs.raw = value, ev.line, raw

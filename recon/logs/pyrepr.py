@@ -1,0 +1,147 @@
+"""Read the Python reprs and JSON that engines print into their logs.
+
+Engines log their arguments and resolved configs as whatever ``str()`` gave:
+a dict repr (``non-default args: {...}``), a dataclass repr
+(``ServerArgs(model_path='m', tp_size=4, ...)``), a ``k=v, k=v`` list with
+unquoted paths (vLLM's ``Initializing a V1 LLM engine ... with config:``) whose
+``compilation_config`` is JSON in one release and a dict repr with enum reprs
+(``<CUDAGraphMode.FULL: 2>``) in another. ``ast.literal_eval`` refuses most of
+these, so this module is lenient: what it cannot read as a literal it keeps as
+the source text, never raising. A log line is evidence; a parser that throws
+on one odd value would hide the rest of it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+_ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*)(?::[^<>]*)?>")
+_KEY_START = re.compile(r"\s*([A-Za-z_]\w*)=")
+
+
+def parse_value(text: str) -> Any:
+    """A Python/JSON value from its printed form; the stripped text when unreadable."""
+    s = text.strip()
+    if not s:
+        return s
+    for attempt in (_literal, _json):
+        ok, value = attempt(s)
+        if ok:
+            return value
+    cleaned = _ENUM_REPR.sub(lambda m: repr(m.group(1)), s)
+    try:
+        node = ast.parse(cleaned, mode="eval").body
+    except SyntaxError:
+        return s
+    return _node_value(node, cleaned)
+
+
+def _literal(s: str) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False, None
+
+
+def _json(s: str) -> tuple[bool, Any]:
+    if s[0] not in "{[" and s not in ("true", "false", "null"):
+        return False, None
+    try:
+        return True, json.loads(s)
+    except ValueError:
+        return False, None
+
+
+def _node_value(node: ast.AST, src: str) -> Any:
+    """Literal value of ``node``; containers and calls are read member by member."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        pass
+    if isinstance(node, ast.Dict):
+        out: dict[Any, Any] = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            if k is None:
+                continue
+            out[_node_value(k, src)] = _node_value(v, src)
+        return out
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_node_value(e, src) for e in node.elts]
+    if isinstance(node, ast.Call):
+        kwargs = {kw.arg: _node_value(kw.value, src) for kw in node.keywords if kw.arg}
+        if not node.args:
+            return kwargs
+        return {"__call__": ast.get_source_segment(src, node.func),
+                "args": [_node_value(a, src) for a in node.args], **kwargs}
+    if isinstance(node, ast.Name):
+        return {"True": True, "False": False, "None": None}.get(node.id, node.id)
+    return ast.get_source_segment(src, node) or ""
+
+
+def parse_call(text: str) -> tuple[str | None, dict[str, Any]]:
+    """``Name(k=v, ...)`` -> ``("Name", {k: v})``; ``(None, {})`` when it is not one."""
+    s = text.strip()
+    m = re.match(r"([A-Za-z_][\w.]*)\(", s)
+    if not m or not s.endswith(")"):
+        return None, {}
+    return m.group(1), split_kv(s[m.end():-1])
+
+
+def split_kv(text: str) -> dict[str, Any]:
+    """``a=1, b=/path/x, c={"j": [1, 2]}`` -> dict, splitting only at top-level commas.
+
+    Values are read with :func:`parse_value`; an unquoted value (a path, a
+    dtype name) stays text. Brackets and quotes nest, so a comma inside JSON
+    or a string never splits.
+    """
+    out: dict[str, Any] = {}
+    for part in _top_level_split(text):
+        m = _KEY_START.match(part)
+        if not m:
+            continue
+        out[m.group(1)] = parse_value(part[m.end():])
+    return out
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    quote: str | None = None
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0 and _KEY_START.match(text, i + 1):
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p for p in (x.strip() for x in parts) if p]
+
+
+def as_int_list(value: Any) -> list[int] | None:
+    """A list of ints from a parsed value or a printed list/tuple; None if it is not one."""
+    if isinstance(value, str):
+        value = parse_value(value)
+    if isinstance(value, (list, tuple)):
+        try:
+            return [int(x) for x in value]
+        except (TypeError, ValueError):
+            return None
+    return None

@@ -1,0 +1,168 @@
+"""Predicted vs observed: the recipes run on real vLLM releases from PyPI against a log.
+
+The 0.10.2 log's alignment numbers (544 tokens, 1.49%) and its 67 capture
+sizes are what a public run of that release printed for Qwen3-Next-80B at
+TP 2, so a match there is checked against the engine itself. The 0.33.0 log
+printed what FlashInfer's GDN prefill on Hopper leads to (checkpoints every 64
+tokens): recon's default assumption disagrees, and says so, until the
+assumption is changed with ``--set``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import recon.logs
+from recon.cli import main
+from recon.logs import analyze, compare, render_markdown
+from recon.logs.compare import Link
+from recon.snapshot import Snapshot
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "logs"
+CONFIG = ROOT / "examples" / "configs" / "qwen3-next-80b-a3b-instruct.json"
+V0102 = DATA / "vllm-0.10.2-qwen3-next-tp2.log"
+V033 = DATA / "vllm-0.33.0-prediction-mismatch.log"
+ALL_LINKS = list(compare.LINKS)
+
+
+@pytest.fixture(scope="module")
+def vllm_0102(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot("vllm==0.10.2")
+
+
+def only(monkeypatch: pytest.MonkeyPatch, *recipes: str) -> None:
+    """Run just these recipes (a test about one link need not pay for all of them)."""
+    monkeypatch.setattr(compare, "LINKS", [lk for lk in ALL_LINKS if lk.recipe in recipes])
+    monkeypatch.setattr(compare, "CHECKS", {})
+
+
+def by_quantity(report: object) -> dict[str, object]:
+    return {c.quantity: c for c in report.comparisons}  # type: ignore[attr-defined]
+
+
+def test_public_run_matches_prediction(vllm_0102: Snapshot) -> None:
+    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG)
+    assert report.flags_from == "the log's argument line (line 3)"
+    assert report.flags["tensor_parallel_size"] == 2
+    rows = by_quantity(report)
+    assert (rows["attention_block_size"].status, rows["attention_block_size"].predicted) == \
+        ("match", 544)
+    assert rows["mamba_padding_pct"].status == "match"
+    assert rows["mamba_padding_pct"].predicted == pytest.approx(1.49)
+    assert rows["cudagraph_capture_sizes"].status == "match"  # all 67 sizes
+    assert rows["max_cudagraph_capture_size"].status == "match"
+    assert rows["hybrid_prefix_caching_disabled"].status == "match"  # what the release logged
+    assert report.recipes["vllm-hybrid-page-align"] == "ran"
+    # KV capacity: the engine's own "Available KV cache memory" is the recipe's input, and its
+    # "GPU KV cache size" / "Maximum concurrency" (973,760 tokens, 14.77x, from the public run)
+    # are what it must predict; a recipe that cannot run says why instead of a number
+    assert report.inputs == [{"recipe": "kv-capacity", "option": "available_kv_gib",
+                              "quantity": "available_kv_cache_memory_gib", "value": 44.59,
+                              "line": 22}]
+    assert (rows["kv_cache_tokens"].status, rows["kv_cache_tokens"].predicted) == \
+        ("match", 973760)
+    assert rows["max_concurrency"].status == "match"
+    assert rows["max_concurrency"].predicted == pytest.approx(14.77)
+    assert report.mismatches == []
+
+
+def test_observed_disagrees_with_prediction(vllm_latest: Snapshot,
+                                            capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    report = analyze(V033, snapshot=vllm_latest, config=CONFIG)
+    rows = by_quantity(report)
+    block = rows["attention_block_size"]
+    assert (block.status, block.observed, block.observed_line) == ("mismatch", 320, 9)
+    assert isinstance(block.predicted, int) and block.predicted != 320
+    assert rows["mamba_padding_pct"].status == "mismatch"
+    assert rows["mamba_cache_mode"].status == "match"  # align, switched on by prefix caching
+    assert rows["cudagraph_capture_sizes"].status == "match"
+    assert {"attention_block_size", "mamba_padding_pct"} <= {c.quantity for c in report.mismatches}
+    # align mode is on: the column check runs with the engine's own mamba block size
+    assert {"recipe": "vllm-mamba-align-column", "option": "mamba_block_size",
+            "quantity": "attention_block_size", "value": 320, "line": 9} in report.inputs
+    assert report.checks and {c["recipe"] for c in report.checks} == {"vllm-mamba-align-column"}
+    assert all("column" in c["text"] for c in report.checks)
+    md = render_markdown(report)
+    assert md.index("### Predicted vs observed") < md.index("### The release's code on this") \
+        < md.index("### What the engine said")
+    assert "| attention block size (hybrid alignment) | 320 (line 9) |" in md
+    assert "MISMATCH" in md and f"{len(report.mismatches)} mismatches" in md
+    # the CLI says it with its exit status too (the report is reused: no second recipe run)
+    seen: dict[str, object] = {}
+
+    def reuse(path: Path, **kwargs: object) -> object:
+        seen.update(kwargs, path=path)
+        return report
+
+    monkeypatch.setattr(recon.logs, "analyze", reuse)
+    try:
+        main(["logs", str(V033), "--snapshot", str(vllm_latest.root), "--config", str(CONFIG),
+              "--set", "gpu=sm90", "--markdown", "-"])
+        rc = 0
+    except SystemExit as ex:
+        rc = int(ex.code or 0)
+    assert rc == 1
+    assert seen["snapshot"] == str(vllm_latest.root) and seen["options"] == {"gpu": "sm90"}
+    assert seen["flags"] is None and seen["config"] == CONFIG
+    assert capsys.readouterr().out.strip() == md.strip()
+
+
+def test_changed_assumption_explains_the_mismatch(vllm_latest: Snapshot) -> None:
+    """Every prediction (alignment, capture sizes, KV capacity) agrees once it is right."""
+    report = analyze(V033, snapshot=vllm_latest, config=CONFIG,
+                     options={"mamba_checkpoint_alignment": 64})
+    rows = by_quantity(report)
+    assert (rows["attention_block_size"].status, rows["attention_block_size"].predicted) == \
+        ("match", 320)
+    assert rows["mamba_padding_pct"].status == "match"
+    assert report.mismatches == []
+
+
+def test_flags_given_replace_the_argument_line(vllm_latest: Snapshot,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flags other than the engine's show up as mismatches (here: no prefix caching)."""
+    only(monkeypatch, "vllm-hybrid-page-align", "vllm-capture-sizes")
+    report = analyze(V033, snapshot=vllm_latest, config=CONFIG,
+                     flags="vllm serve m --tensor-parallel-size 4",
+                     options={"mamba_checkpoint_alignment": 64})
+    assert report.flags_from == "--flags" and report.flags == {"model": "m",
+                                                               "tensor_parallel_size": 4}
+    rows = by_quantity(report)
+    assert (rows["mamba_cache_mode"].status, rows["mamba_cache_mode"].predicted) == \
+        ("mismatch", "none")
+    assert rows["max_cudagraph_capture_size"].status == "mismatch"
+
+
+def test_missing_recipe_or_config_gives_no_prediction(vllm_0102: Snapshot,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compare, "LINKS", [
+        Link("attention_block_size", "no-such-recipe", ("attention block size (tokens)",))])
+    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG)
+    row = by_quantity(report)["attention_block_size"]
+    assert (row.status, row.predicted) == ("no prediction", None)
+    assert row.note == "recipe no-such-recipe not available"
+    assert report.recipes["no-such-recipe"] == "recipe no-such-recipe not available"
+
+    only(monkeypatch, "vllm-hybrid-page-align")
+    report = analyze(V0102, snapshot=vllm_0102)  # no --config
+    row = by_quantity(report)["attention_block_size"]
+    assert row.status == "no prediction" and "needs a model config" in row.note
+    assert any("no --config" in n for n in report.notes)
+
+
+def test_sglang_log_with_sglang_snapshot(sglang_latest: Snapshot) -> None:
+    """No recipe predicts SGLang's pool sizes yet: the report says which and why, no number."""
+    report = analyze(DATA / "sglang-0.5.23-qwen3-next-nextn.log", snapshot=sglang_latest,
+                     config=CONFIG)
+    assert report.flags["tensor_parallel_size"] == 2 and report.flags["max_num_seqs"] == 48
+    row = by_quantity(report)["max_total_num_tokens"]
+    assert (row.status, row.observed, row.predicted) == ("no prediction", 1318912, None)
+    assert "not applicable" in row.note and "sglang" in row.note
+    assert report.mismatches == []
