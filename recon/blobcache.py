@@ -142,6 +142,19 @@ class BlobCache:
             raise
 
     # -- writes ----------------------------------------------------------------
+    def new_temp(self) -> tuple[int, Path]:
+        """A fresh temporary file in the cache's partial folder (for :meth:`adopt`)."""
+        fd, tmp = tempfile.mkstemp(prefix="tee-", dir=self.partial)
+        return fd, Path(tmp)
+
+    def adopt(self, tmp: Path, digest: str) -> Path:
+        """Move a temp file whose bytes the caller hashed to ``digest`` while writing into place."""
+        check_digest(digest)
+        if self.has(digest):
+            tmp.unlink(missing_ok=True)
+            return self.path(digest)
+        return self._finish(tmp, digest)
+
     def put_bytes(self, digest: str, data: bytes, *, where: str | None = None) -> Path:
         """Store ``data`` under ``digest`` after checking that it hashes to it."""
         check_digest(digest, where=where)

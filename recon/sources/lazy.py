@@ -151,7 +151,7 @@ def parse_estargz(reader: RangeReader, toc_digest: str, *, where: str) -> list[T
         toc = json.loads(toc_bytes)
     except ValueError as err:
         raise ReconError(f"eStargz TOC is not JSON ({err})", where=where) from err
-    return _toc_entries(toc.get("entries") or [], default_end=toc_off, where=where, gzip_ranges=True)
+    return _checked_entries(toc, default_end=toc_off, where=where, gzip_ranges=True)
 
 
 # --- zstd:chunked -------------------------------------------------------------------
@@ -181,10 +181,21 @@ def parse_zstd_chunked(reader: RangeReader, annotations: dict[str, str], *, wher
         toc = json.loads(data)
     except (zstandard.ZstdError, ValueError) as err:
         raise ReconError(f"unreadable zstd:chunked manifest ({err})", where=where) from err
-    return _toc_entries(toc.get("entries") or [], default_end=off, where=where, gzip_ranges=False)
+    return _checked_entries(toc, default_end=off, where=where, gzip_ranges=False)
 
 
 # --- shared TOC logic ---------------------------------------------------------------
+
+def _checked_entries(toc: Any, *, default_end: int, where: str, gzip_ranges: bool) -> list[TocEntry]:
+    """:func:`_toc_entries`, with a TOC of the wrong shape reported as one clear error."""
+    if not isinstance(toc, dict) or not isinstance(toc.get("entries") or [], list):
+        raise ReconError("the layer's TOC is not a JSON object with an entries list", where=where)
+    try:
+        return _toc_entries(toc.get("entries") or [], default_end=default_end, where=where,
+                            gzip_ranges=gzip_ranges)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ReconError(f"malformed TOC entry ({type(err).__name__}: {err})", where=where) from err
+
 
 def _toc_entries(raw: list[dict[str, Any]], *, default_end: int, where: str,
                  gzip_ranges: bool) -> list[TocEntry]:
@@ -211,7 +222,9 @@ def _toc_entries(raw: list[dict[str, Any]], *, default_end: int, where: str,
         if kind_name == "chunk":
             if last_file is None or _clean(str(rec.get("name", ""))) != last_file.name:
                 raise ReconError("TOC chunk without its file", where=where)
-            if rec.get("chunkType") not in (None, "", "data"):
+            # "zeros" only hints that the chunk is a run of zero bytes: its compressed bytes are
+            # still in the blob (a plain reader needs them), and the file digest checks the result
+            if rec.get("chunkType") not in (None, "", "data", "zeros"):
                 raise _Unsupported(f"chunk type {rec.get('chunkType')!r}")
             if rec.get("offset") and not pinned_end:
                 last_file.end = max(last_file.end, next_start(int(rec["offset"])))

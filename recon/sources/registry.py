@@ -204,11 +204,15 @@ class Transport:
         self.stats = stats or TransferStats()
         self._local = threading.local()
         self._ssl = ssl.create_default_context()
+        self._pools: list[dict[tuple[str, str], http.client.HTTPConnection]] = []
+        self._lock = threading.Lock()
 
     def _pool(self) -> dict[tuple[str, str], http.client.HTTPConnection]:
         pool = getattr(self._local, "pool", None)
         if pool is None:
             pool = self._local.pool = {}
+            with self._lock:
+                self._pools.append(pool)
         return pool  # type: ignore[no-any-return]
 
     def _connect(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
@@ -217,9 +221,13 @@ class Transport:
         return http.client.HTTPConnection(netloc, timeout=self.timeout)
 
     def close(self) -> None:
-        for conn in self._pool().values():
-            conn.close()
-        self._pool().clear()
+        """Close the kept-alive connections of every thread (call when the work is done)."""
+        with self._lock:
+            pools, self._pools = self._pools, []
+        for pool in pools:
+            for conn in list(pool.values()):
+                conn.close()
+            pool.clear()
 
     def send(self, method: str, url: str, headers: dict[str, str], body: bytes | None = None, *,
              stream: bool = False, auth_netloc: str | None = None, max_body: int = MAX_MANIFEST,
@@ -499,7 +507,8 @@ class _FileRanges:
 
 # --- layers ------------------------------------------------------------------------------
 
-LISTING = "tar-listing-v1"
+LISTING = "tar-listing-v2"
+TEE_MAX = 64 << 20  # files opened up to this size are also kept in the blob cache
 
 
 class _Slice(io.RawIOBase):
@@ -522,6 +531,51 @@ class _Slice(io.RawIOBase):
         buf[:n] = data
         self.left -= n
         return n
+
+
+class _Tee(io.RawIOBase):
+    """Pass a file's bytes through and keep a copy in the blob cache under their sha256.
+
+    The copy is adopted only when all ``size`` bytes went through (the squash
+    reads every file it keeps to the end); ``record[6]`` then names it, so
+    the next read of the layer serves the file from the cache.
+    """
+
+    def __init__(self, src: IO[bytes], size: int, cache: BlobCache, record: list[Any]) -> None:
+        import hashlib
+
+        self.src, self.left, self.cache, self.record = src, size, cache, record
+        self.hash = hashlib.sha256()
+        fd, self.tmp = cache.new_temp()
+        self.out: IO[bytes] | None = os.fdopen(fd, "wb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        data = self.src.read(len(buf))
+        n = len(data)
+        buf[:n] = data
+        if self.out is not None and n:
+            self.out.write(data)
+            self.hash.update(data)
+            self.left -= n
+            if self.left == 0:
+                self.out.close()
+                self.out = None
+                digest = f"sha256:{self.hash.hexdigest()}"
+                self.cache.adopt(self.tmp, digest)
+                self.record[6] = digest
+        return n
+
+    def close(self) -> None:
+        if self.out is not None:  # not read to the end: keep nothing
+            self.out.close()
+            self.out = None
+            self.tmp.unlink(missing_ok=True)
+        with contextlib.suppress(Exception):
+            self.src.close()
+        super().close()
 
 
 class RemoteLayer(Layer):
@@ -586,19 +640,26 @@ class RemoteLayer(Layer):
             if isinstance(records, list):
                 yield from self._from_listing(records)
                 return
-        from .base import seekable_tar_entries
+        from .base import FILE, seekable_tar_entries
 
         records = []
         offsets: list[int] = []
         with open(cache.path(self.digest), "rb") as raw:
             for entry in seekable_tar_entries(self._plain(raw), where=self.where,
                                               on_offset=offsets.append):
-                records.append([entry.name, entry.kind, entry.size, entry.linkname, entry.mode,
-                                offsets[-1]])
+                rec = [entry.name, entry.kind, entry.size, entry.linkname, entry.mode, offsets[-1], None]
+                records.append(rec)
+                if entry.kind == FILE and entry.open is not None and 0 < entry.size <= TEE_MAX:
+                    entry.open = self._teeing(entry.open, entry.size, rec)
                 yield entry
         cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
 
+    def _teeing(self, opener: Callable[[], IO[bytes]], size: int, rec: list[Any]) -> Callable[[], IO[bytes]]:
+        return lambda: io.BufferedReader(_Tee(opener(), size, self.client.cache, rec), 1 << 20)
+
     def _from_listing(self, records: list[list[Any]]) -> Iterator[Entry]:
+        """Entries from the listing; a file comes from the cache if an earlier read kept it,
+        else from decompressing the blob forwards only as far as that file."""
         from .base import FILE
 
         if self.max_layer_size is not None and sum(int(r[2]) for r in records) > self.max_layer_size:
@@ -608,9 +669,16 @@ class RemoteLayer(Layer):
                 f"layer expands past {self.max_layer_size} bytes when decompressed (decompression "
                 "bomb? raise the cap with --max-layer-size)", where=self.where)
         state: dict[str, Any] = {}
-        path = self.client.cache.path(self.digest)
+        cache = self.client.cache
+        path = cache.path(self.digest)
+        known = {id(r): r[6] for r in records}
 
-        def open_at(offset: int, size: int) -> IO[bytes]:
+        def open_at(rec: list[Any]) -> IO[bytes]:
+            if rec[6]:
+                fh = cache.open(rec[6])
+                if fh is not None:
+                    return fh
+            offset, size = int(rec[5]), int(rec[2])
             stream = state.get("stream")
             if stream is None or stream.tell() > offset:  # first open, or out of order: restart
                 if state.get("raw") is not None:
@@ -618,15 +686,23 @@ class RemoteLayer(Layer):
                 state["raw"] = open(path, "rb")  # noqa: SIM115 - closed below
                 stream = state["stream"] = self._plain(state["raw"])
             stream.seek(offset)
-            return io.BufferedReader(_Slice(stream, size, self.where), 1 << 20)
+            part: IO[bytes] = _Slice(stream, size, self.where)  # type: ignore[assignment]
+            if 0 < size <= TEE_MAX:
+                part = _Tee(part, size, cache, rec)  # type: ignore[assignment]
+            return io.BufferedReader(part, 1 << 20)  # type: ignore[arg-type]
 
         try:
-            for name, kind, size, linkname, mode, offset in records:
-                opener = (lambda o=offset, n=size: open_at(o, n)) if kind == FILE else None  # noqa: E731
+            for rec in records:
+                if len(rec) != 7:
+                    raise ReconError("cached layer listing has the wrong shape", where=self.where)
+                name, kind, size, linkname, mode = rec[:5]
+                opener = (lambda r=rec: open_at(r)) if kind == FILE else None  # noqa: E731
                 yield Entry(name, kind, size, linkname, mode, opener)
         finally:
             if state.get("raw") is not None:
                 state["raw"].close()
+        if any(known[id(r)] != r[6] for r in records):  # files newly kept: remember them
+            cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
 
 
 def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: str | None,
