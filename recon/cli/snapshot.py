@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def snapshot_cmd(
     max_total_size: str = typer.Option("16G", "--max-total-size", help="Refuse packages larger than this in total."),
     max_layer_size: str = typer.Option("256G", "--max-layer-size", help="Refuse layers that decompress past this."),
     force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
+    insecure: bool = typer.Option(False, "--insecure", help="registry: plain HTTP, loopback registries only."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
@@ -124,6 +126,8 @@ def snapshot_cmd(
         ref = str(out / name) if out is not None and not Path(name).exists() else name
         _show(Snapshot.open(ref), as_json)
         return
+    if insecure:
+        os.environ["RECON_REGISTRY_INSECURE"] = "1"
     limits = CaptureLimits(_parse_size(max_file_size), _parse_size(max_total_size), _parse_size(max_layer_size))
     show_progress = not (as_json or quiet) and err_console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
