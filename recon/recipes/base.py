@@ -217,18 +217,10 @@ class Recipe:
 
 
 def load_model_config(path: str | Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ReconError(f"config not found: {p}") from err
-    except ValueError as err:
-        raise ReconError(f"{p} is not valid JSON ({err})") from err
-    if not isinstance(data, dict):
-        raise ReconError(f"{p} is not a JSON object")
-    return data
+    """A model ``config.json`` as a dict: the same loader (and errors) as ``recon run --config``."""
+    from ..slicing.runner import load_config
+
+    return load_config(path)
 
 
 def config_key(cfg: dict[str, Any], *keys: str, default: Any = ..., nested: str = "text_config") -> Any:
