@@ -18,6 +18,7 @@ files, ``.pth`` files, and every symlink (resolved virtually, never on the host)
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import posixpath
@@ -28,12 +29,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 from .errors import ReconError, UnsafeArchiveError
 from .sources.base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Image, Layer
-from .writer import TreeWriter, clean_relpath
+from .writer import TreeWriter, WriteQueue, clean_relpath
 
 DEFAULT_PACKAGES = ("vllm", "sglang")
 #: Compiled artefacts skipped unless ``--all-files``: they are most of an engine
@@ -42,6 +44,7 @@ BINARY_GLOBS = ("*.so", "*.so.*", "*.cubin", "*.fatbin", "*.a", "*.o", "*.dll", 
 SITE_RE = re.compile(r"^(?P<site>(?:.*?/)?(?:site-packages|dist-packages))/(?P<rest>[^/].*)$")
 PYTHON_BIN_RE = re.compile(r"(?:^|/)bin/python(?:3(?:\.\d+)?)?$")
 SMALL_FILE = 1 << 20  # metadata files read into memory are capped at this size
+QUEUED_FILE = 16 << 20  # files up to this size are read whole and written on the writer thread
 MAX_SYMLINK_HOPS = 40
 
 ProgressFn = Callable[[Layer, str], None]
@@ -98,7 +101,7 @@ class LayerScan:
     """
 
     index: int
-    scratch: Path
+    scratch: Path | None  # None: files were written straight into the final tree
     names: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     whiteouts: set[str] = field(default_factory=set)
@@ -215,14 +218,20 @@ class Squasher:
                             f.cancel()
                         raise
             else:
-                scans = [self._scan(layer, scratch_base / str(layer.index)) for layer in order]
+                # One layer at a time, top first: when a layer is scanned every layer above
+                # it is known, so what it writes is exactly what stays visible and can go
+                # straight into the final tree (no scratch copy, no rename per file).
+                scans = [self._scan(layer, None) for layer in order]
             self._merge(scans)
         finally:
             shutil.rmtree(scratch_base, ignore_errors=True)
         return self.result
 
-    def _scan(self, layer: Layer, scratch: Path) -> LayerScan:
-        """Phase one for one layer: no knowledge of other layers needed."""
+    def _scan(self, layer: Layer, scratch: Path | None) -> LayerScan:
+        """Phase one for one layer, written to ``scratch`` (or, with ``None``, the final tree).
+
+        Writing to the final tree is only right when every layer above is already scanned.
+        """
         where = f"layer {layer.index} ({layer.digest[:19]})"
         scan = LayerScan(layer.index, scratch)
         pending: dict[str, list[str]] = {}
@@ -230,7 +239,9 @@ class Squasher:
             self.progress(layer, "start")
         known = -1
         hider = Hider()
-        with TreeWriter(scratch) as out:
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(TreeWriter(scratch)) if scratch is not None else self.writer
+            queue = stack.enter_context(WriteQueue())
             for n, entry in enumerate(layer.entries()):
                 if n % 512 == 0:
                     if self.progress:
@@ -258,7 +269,8 @@ class Squasher:
                 if entry.kind == DIR:
                     continue
                 scan.nondirs.add(h)
-                self._take(entry, name, layer, scan, out, where, pending, hider)
+                self._take(entry, name, layer, scan, out, queue, where, pending, hider)
+            queue.drain()
             if pending:
                 self._resolve_hardlinks(layer, scan, out, pending, where)
         with self._lock:
@@ -280,7 +292,7 @@ class Squasher:
         return count, hider
 
     def _take(self, entry: Entry, name: str, layer: Layer, scan: LayerScan, out: TreeWriter,
-              where: str, pending: dict[str, list[str]], hider: Hider) -> None:
+              queue: WriteQueue, where: str, pending: dict[str, list[str]], hider: Hider) -> None:
         if entry.kind == SYMLINK:
             scan.symlinks[name] = entry.linkname or ""
         if name.endswith("/pyvenv.cfg") and entry.kind == FILE:
@@ -304,11 +316,13 @@ class Squasher:
         if hider.hides(name):
             return  # an upper layer already scanned hides it: no need to write it
         if entry.kind == SYMLINK:
-            out.symlink(name, entry.linkname or "", where=where)
+            queue.submit(partial(out.symlink, name, entry.linkname or "", where=where))
             scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
             return
         if entry.kind == HARDLINK:
             target = clean_relpath(entry.linkname or "", where=where)
+            if target in scan.captured:
+                queue.drain()  # the target may still be on its way to disk
             src = out.open_read(target) if target in scan.captured else None
             if src is None:
                 pending.setdefault(target, []).append(name)
@@ -321,11 +335,31 @@ class Squasher:
                 f"entry {name!r} is {entry.size} bytes, over the size cap of "
                 f"{self.limits.max_file_size} (raise it with --max-file-size)", where=where)
         assert entry.open is not None
-        self._write(out, name, entry.open(), layer, scan, where)
+        if entry.size > QUEUED_FILE:
+            queue.drain()  # keep writes in order
+            self._write(out, name, entry.open(), layer, scan, where)
+            return
+        with entry.open() as src:
+            data = src.read(entry.size + 1)
+        if len(data) != entry.size:
+            raise ReconError(f"entry {name!r} holds {len(data)} bytes, its header says {entry.size}",
+                             where=where)
+        self._count(len(data), scan, where)
+        cap = scan.captured[name] = Captured(name, "file", len(data), None, layer.index)
+        queue.submit(self._write_queued, out, cap, data, where, nbytes=len(data))
+
+    @staticmethod
+    def _write_queued(out: TreeWriter, cap: Captured, data: bytes, where: str) -> None:
+        cap.size, cap.sha256 = out.write_bytes(cap.path, data, where=where)
 
     def _write(self, out: TreeWriter, name: str, src: IO[bytes], layer: Layer, scan: LayerScan,
                where: str) -> None:
         size, sha = out.write_stream(name, src, where=where, limit=self.limits.max_file_size)
+        self._count(size, scan, where)
+        scan.captured[name] = Captured(name, "file", size, sha, layer.index)
+
+    def _count(self, size: int, scan: LayerScan, where: str) -> None:
+        """Add to the running total of package bytes; refuse past ``max_total_size``."""
         scan.written += size
         with self._lock:
             self._total += size
@@ -334,7 +368,6 @@ class Squasher:
             raise UnsafeArchiveError(
                 f"package files add up to more than {self.limits.max_total_size} bytes "
                 "(raise the cap with --max-total-size)", where=where)
-        scan.captured[name] = Captured(name, "file", size, sha, layer.index)
 
     def _remember(self, entry: Entry, name: str, scan: LayerScan) -> None:
         if entry.kind != FILE or entry.open is None or entry.size > SMALL_FILE:
@@ -380,7 +413,7 @@ class Squasher:
         for scan in scans:  # top layer first
             cur_paths: set[int] = set()
             cur_nondirs: set[int] = set()
-            layer_root = TreeWriter(scan.scratch) if scan.captured else None
+            layer_root = TreeWriter(scan.scratch) if scan.captured and scan.scratch else None
             try:
                 for name, kind in zip(scan.names, scan.kinds, strict=True):
                     res.entries_seen += 1
@@ -396,6 +429,8 @@ class Squasher:
                         a in upper_whiteouts or a in upper_opaques or hash(a) in upper_nondirs
                         for a in _ancestors(name)
                     ):
+                        # Written straight to the final tree only if visible (the hider was complete).
+                        assert not (scan.scratch is None and name in scan.captured), name
                         continue  # hidden by an upper layer
                     self._visible(name, kind, scan, layer_root)
             finally:
@@ -423,7 +458,12 @@ class Squasher:
         if name in scan.skipped:
             res.skipped[name] = scan.skipped[name]
         cap = scan.captured.get(name)
-        if cap is None or layer_root is None:
+        if cap is None:
+            return
+        if scan.scratch is None:  # already in place
+            res.captured[name] = cap
+            return
+        if layer_root is None:
             return
         where = f"layer {scan.index}"
         if cap.kind == "symlink":

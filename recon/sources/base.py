@@ -10,7 +10,6 @@ an upper layer are fetched by reading the same layer again.
 from __future__ import annotations
 
 import io
-import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -249,11 +248,18 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
 
     ``strip`` removes a leading path from every member; ``prefix`` adds one
     (the Docker engine's ``get_archive`` names members relative to the folder).
+    ``max_layer_size`` caps the decompressed size (decompression bombs).
     """
-    plain = decompressed(stream, where=where)
-    if max_layer_size is not None:
-        plain = io.BufferedReader(BombGuard(plain, max_layer_size, where), 1 << 20)  # type: ignore[assignment]
-    yield from seekable_tar_entries(ForwardReader(plain), where=where, strip=strip, prefix=prefix)  # type: ignore[arg-type]
+    from .tarstream import tar_members
+
+    try:
+        plain = decompressed(stream, where=where)
+    except ReconError:
+        raise
+    except Exception as err:  # a gzip/zstd header the decompressor rejects at once
+        raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
+    yield from tar_members(plain, where=where, seekable=False, strip=strip, prefix=prefix,
+                           max_size=max_layer_size)
 
 
 def is_compressed(head: bytes) -> bool:
@@ -261,60 +267,14 @@ def is_compressed(head: bytes) -> bool:
 
 
 def seekable_tar_entries(raw: IO[bytes], *, where: str, strip: str = "", prefix: str = "",
-                         on_offset: Callable[[int], None] | None = None) -> Iterator[Entry]:
+                         on_offset: Callable[[int], None] | None = None,
+                         max_layer_size: int | None = None) -> Iterator[Entry]:
     """Entries of an *uncompressed, seekable* tar: member data is skipped by seeking.
 
     ``docker save`` archives hold uncompressed layers inside a seekable outer
     tar, so only the headers of the files recon does not keep are ever read.
     """
-    try:
-        tf = tarfile.open(fileobj=raw, mode="r:")
-    except UnsafeArchiveError:
-        raise
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise ReconError(f"not a tar layer, or truncated or corrupt ({err})", where=where) from err
-    except Exception as err:  # zlib.error, zstd errors
-        raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
-    try:
-        while True:
-            try:
-                member = tf.next()
-            except UnsafeArchiveError:
-                raise
-            except (tarfile.TarError, EOFError, OSError) as err:
-                raise ReconError(f"truncated or corrupt layer ({type(err).__name__}: {err})",
-                                 where=where) from err
-            except Exception as err:  # zlib.error, zstd errors
-                raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
-            if member is None:
-                break
-            if on_offset is not None:
-                on_offset(member.offset_data)
-            yield _entry_of(tf, member, where=where, strip=strip, prefix=prefix)
-            tf.members.clear()  # headers are not needed again; keep memory flat
-    finally:
-        tf.close()
+    from .tarstream import tar_members
 
-
-def _member_name(name: str, strip: str, prefix: str) -> str:
-    if name.startswith("./"):
-        name = name[2:]
-    if strip and (name == strip or name.startswith(strip + "/")):
-        name = name[len(strip):].lstrip("/")
-    if prefix:
-        name = f"{prefix}/{name}" if name else prefix
-    return name.rstrip("/")
-
-
-def _entry_of(tf: tarfile.TarFile, m: tarfile.TarInfo, *, where: str, strip: str,
-              prefix: str) -> Entry:
-    name = _member_name(m.name, strip, prefix)
-    if m.isreg():
-        return Entry(name, FILE, m.size, None, m.mode, lambda m=m: tf.extractfile(m))  # type: ignore[misc,return-value]
-    if m.isdir():
-        return Entry(name, DIR, 0, None, m.mode)
-    if m.issym():
-        return Entry(name, SYMLINK, 0, m.linkname, m.mode)
-    if m.islnk():
-        return Entry(name, HARDLINK, 0, _member_name(m.linkname, strip, prefix), m.mode)
-    return Entry(name, OTHER, 0, None, m.mode)
+    yield from tar_members(raw, where=where, seekable=True, strip=strip, prefix=prefix,
+                           max_size=max_layer_size, on_offset=on_offset)
