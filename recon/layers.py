@@ -29,22 +29,22 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
-from functools import partial
 from pathlib import Path
 from typing import IO
 
 from .errors import ReconError, UnsafeArchiveError
 from .sources.base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Image, Layer
-from .writer import TreeWriter, WriteQueue, clean_relpath
+from .sources.streams import Prefixed
+from .writer import TreeWriter, clean_relpath
 
 DEFAULT_PACKAGES = ("vllm", "sglang")
 #: Compiled artefacts skipped unless ``--all-files``: they are most of an engine
 #: wheel's bytes and no investigation reads them. They are still listed.
 BINARY_GLOBS = ("*.so", "*.so.*", "*.cubin", "*.fatbin", "*.a", "*.o", "*.dll", "*.dylib")
+ELF_MAGIC = b"\x7fELF"  # ... and so are executables, whatever their name
 SITE_RE = re.compile(r"^(?P<site>(?:.*?/)?(?:site-packages|dist-packages))/(?P<rest>[^/].*)$")
 PYTHON_BIN_RE = re.compile(r"(?:^|/)bin/python(?:3(?:\.\d+)?)?$")
 SMALL_FILE = 1 << 20  # metadata files read into memory are capped at this size
-QUEUED_FILE = 16 << 20  # files up to this size are read whole and written on the writer thread
 MAX_SYMLINK_HOPS = 40
 
 ProgressFn = Callable[[Layer, str], None]
@@ -83,14 +83,6 @@ class ScanResult:
     entries_seen: int = 0
 
 
-def _ancestors(path: str) -> Iterable[str]:
-    i = path.rfind("/")
-    while i > 0:
-        path = path[:i]
-        yield path
-        i = path.rfind("/")
-
-
 @dataclass
 class LayerScan:
     """Phase one's view of one layer, taken without knowing the layers above it.
@@ -117,21 +109,53 @@ class LayerScan:
 
 @dataclass
 class Hider:
-    """What a set of upper layers hides; used to skip writing files already known to be hidden.
+    """What a set of upper layers hides; the merge's visibility rule, in one place.
 
-    Hiding is monotone (more upper layers only hide more), so knowing some of
-    the upper layers is enough to skip safely; the merge decides for real.
+    A path is hidden if an upper layer has an entry at that very path, whites
+    it out, or whites out / makes opaque / replaces with a non-directory any
+    folder above it. The folder part is memoised per folder (tens of
+    thousands of files share a few thousand folders). Hiding is monotone
+    (more upper layers only hide more), so the scan can also use a partial
+    Hider to skip writing files already known to be hidden.
     """
 
     paths: set[int] = field(default_factory=set)
     nondirs: set[int] = field(default_factory=set)
     whiteouts: set[str] = field(default_factory=set)
     opaques: set[str] = field(default_factory=set)
+    _folders: dict[str, bool] = field(default_factory=dict)
+
+    def add(self, paths: set[int], nondirs: set[int], whiteouts: set[str], opaques: set[str]) -> None:
+        """Take in one more upper layer."""
+        self.paths |= paths
+        self.nondirs |= nondirs
+        self.whiteouts |= whiteouts
+        self.opaques |= opaques
+        self._folders.clear()
 
     def hides(self, name: str) -> bool:
-        return hash(name) in self.paths or name in self.whiteouts or any(
-            a in self.whiteouts or a in self.opaques or hash(a) in self.nondirs
-            for a in _ancestors(name))
+        if hash(name) in self.paths or name in self.whiteouts:
+            return True
+        folder = name.rpartition("/")[0]
+        return bool(folder) and self._folder_hidden(folder)
+
+    def _folder_hidden(self, folder: str) -> bool:
+        """Whether anything inside ``folder`` is hidden (iterative: names can be deep)."""
+        memo = self._folders
+        known = memo.get(folder)
+        if known is not None:
+            return known
+        chain = []
+        path = folder
+        while path and path not in memo:
+            chain.append(path)
+            path = path.rpartition("/")[0]
+        hidden = memo.get(path, False) if path else False
+        for path in reversed(chain):  # outermost first
+            hidden = hidden or (path in self.whiteouts or path in self.opaques
+                                or hash(path) in self.nondirs)
+            memo[path] = hidden
+        return hidden
 
 
 class Squasher:
@@ -241,7 +265,6 @@ class Squasher:
         hider = Hider()
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(TreeWriter(scratch)) if scratch is not None else self.writer
-            queue = stack.enter_context(WriteQueue())
             for n, entry in enumerate(layer.entries()):
                 if n % 512 == 0:
                     if self.progress:
@@ -269,8 +292,7 @@ class Squasher:
                 if entry.kind == DIR:
                     continue
                 scan.nondirs.add(h)
-                self._take(entry, name, layer, scan, out, queue, where, pending, hider)
-            queue.drain()
+                self._take(entry, name, layer, scan, out, where, pending, hider)
             if pending:
                 self._resolve_hardlinks(layer, scan, out, pending, where)
         with self._lock:
@@ -285,14 +307,11 @@ class Squasher:
             count = len(self._finished)
         hider = Hider()
         for s in done:
-            hider.paths |= s.paths
-            hider.nondirs |= s.nondirs
-            hider.whiteouts |= s.whiteouts
-            hider.opaques |= s.opaques
+            hider.add(s.paths, s.nondirs, s.whiteouts, s.opaques)
         return count, hider
 
     def _take(self, entry: Entry, name: str, layer: Layer, scan: LayerScan, out: TreeWriter,
-              queue: WriteQueue, where: str, pending: dict[str, list[str]], hider: Hider) -> None:
+              where: str, pending: dict[str, list[str]], hider: Hider) -> None:
         if entry.kind == SYMLINK:
             scan.symlinks[name] = entry.linkname or ""
         if name.endswith("/pyvenv.cfg") and entry.kind == FILE:
@@ -316,13 +335,11 @@ class Squasher:
         if hider.hides(name):
             return  # an upper layer already scanned hides it: no need to write it
         if entry.kind == SYMLINK:
-            queue.submit(partial(out.symlink, name, entry.linkname or "", where=where))
+            out.symlink(name, entry.linkname or "", where=where)
             scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
             return
         if entry.kind == HARDLINK:
             target = clean_relpath(entry.linkname or "", where=where)
-            if target in scan.captured:
-                queue.drain()  # the target may still be on its way to disk
             src = out.open_read(target) if target in scan.captured else None
             if src is None:
                 pending.setdefault(target, []).append(name)
@@ -335,22 +352,15 @@ class Squasher:
                 f"entry {name!r} is {entry.size} bytes, over the size cap of "
                 f"{self.limits.max_file_size} (raise it with --max-file-size)", where=where)
         assert entry.open is not None
-        if entry.size > QUEUED_FILE:
-            queue.drain()  # keep writes in order
-            self._write(out, name, entry.open(), layer, scan, where)
-            return
-        with entry.open() as src:
-            data = src.read(entry.size + 1)
-        if len(data) != entry.size:
-            raise ReconError(f"entry {name!r} holds {len(data)} bytes, its header says {entry.size}",
-                             where=where)
-        self._count(len(data), scan, where)
-        cap = scan.captured[name] = Captured(name, "file", len(data), None, layer.index)
-        queue.submit(self._write_queued, out, cap, data, where, nbytes=len(data))
-
-    @staticmethod
-    def _write_queued(out: TreeWriter, cap: Captured, data: bytes, where: str) -> None:
-        cap.size, cap.sha256 = out.write_bytes(cap.path, data, where=where)
+        src = entry.open()
+        with src:
+            if not (self.all_files or self.include) and entry.size >= len(ELF_MAGIC):
+                head = src.read(len(ELF_MAGIC))
+                if head == ELF_MAGIC:  # a compiled executable without a telling name (vllm/vllm-rs)
+                    scan.skipped[name] = {"size": entry.size, "layer": layer.index}
+                    return
+                src = Prefixed(head, src)
+            self._write(out, name, src, layer, scan, where)
 
     def _write(self, out: TreeWriter, name: str, src: IO[bytes], layer: Layer, scan: LayerScan,
                where: str) -> None:
@@ -406,10 +416,7 @@ class Squasher:
     def _merge(self, scans: list[LayerScan]) -> None:
         """Phase two: top-down visibility; move visible package files into the final tree."""
         res = self.result
-        upper_paths: set[int] = set()
-        upper_nondirs: set[int] = set()
-        upper_whiteouts: set[str] = set()
-        upper_opaques: set[str] = set()
+        upper = Hider()
         for scan in scans:  # top layer first
             cur_paths: set[int] = set()
             cur_nondirs: set[int] = set()
@@ -425,21 +432,15 @@ class Squasher:
                     if kind == DIR:
                         continue
                     cur_nondirs.add(h)
-                    if h in upper_paths or name in upper_whiteouts or any(
-                        a in upper_whiteouts or a in upper_opaques or hash(a) in upper_nondirs
-                        for a in _ancestors(name)
-                    ):
+                    if upper.hides(name):
                         # Written straight to the final tree only if visible (the hider was complete).
                         assert not (scan.scratch is None and name in scan.captured), name
-                        continue  # hidden by an upper layer
+                        continue
                     self._visible(name, kind, scan, layer_root)
             finally:
                 if layer_root is not None:
                     layer_root.close()
-            upper_paths |= cur_paths
-            upper_nondirs |= cur_nondirs
-            upper_whiteouts |= scan.whiteouts
-            upper_opaques |= scan.opaques
+            upper.add(cur_paths, cur_nondirs, scan.whiteouts, scan.opaques)
             res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
 
     def _visible(self, name: str, kind: str, scan: LayerScan, layer_root: TreeWriter | None) -> None:

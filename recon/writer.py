@@ -14,7 +14,6 @@ goes through here, so the rules live in one spot:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hashlib
 import json
@@ -22,8 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -218,59 +216,6 @@ class TreeWriter:
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
         self._clear(dfd, leaf, rel)
-
-
-class WriteQueue:
-    """Runs one :class:`TreeWriter`'s writes on a background thread, in submission order.
-
-    Why: creating a file costs 20-200 us of kernel time on the virtual disks
-    these machines have, while walking a layer is Python work; the write
-    syscalls and sha256 release the GIL, so the two overlap on a second core.
-    Data in flight is bounded by ``max_bytes``; the first error raised by a
-    write is re-raised in the caller at the next :meth:`submit` or :meth:`drain`.
-    Everything that reads the tree back must :meth:`drain` first.
-    """
-
-    def __init__(self, max_bytes: int = 64 << 20, max_items: int = 4096) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="recon-write")
-        self._pending: collections.deque[tuple[Future[Any], int]] = collections.deque()
-        self._bytes = 0
-        self.max_bytes = max_bytes
-        self.max_items = max_items
-
-    def submit(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0) -> None:
-        """Queue ``fn(*args)``; block while more than ``max_bytes`` are in flight."""
-        self._pending.append((self._pool.submit(fn, *args), nbytes))
-        self._bytes += nbytes
-        pending = self._pending
-        while pending and (self._bytes > self.max_bytes or len(pending) > self.max_items
-                           or pending[0][0].done()):
-            self._retire()
-
-    def _retire(self) -> None:
-        fut, n = self._pending.popleft()
-        self._bytes -= n
-        fut.result()
-
-    def drain(self) -> None:
-        """Wait for every queued write; raise the first failure."""
-        while self._pending:
-            self._retire()
-
-    def close(self) -> None:
-        """Stop: queued writes not started are dropped (the caller is failing or done)."""
-        for fut, _ in self._pending:
-            fut.cancel()
-        self._pending.clear()
-        self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> WriteQueue:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @contextlib.contextmanager

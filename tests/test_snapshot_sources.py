@@ -23,7 +23,9 @@ def test_pip_snapshot_matches_the_wheel(tmp_path: Path) -> None:
     snap = take_snapshot("pip:sglang==0.5.23", out=tmp_path)
     with zipfile.ZipFile(whl) as zf:
         members = {i.filename: i for i in zf.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
-        binaries = {n for n in members if n.endswith(".so") or ".so." in n}
+        # Compiled artefacts, by name or by content (an ELF executable with no suffix).
+        binaries = {n for n in members if n.endswith(".so") or ".so." in n
+                    or zf.open(n).read(4) == b"\x7fELF"}
         assert set(snap.files) == set(members) - binaries
         assert set(snap.manifest["skipped"]) == binaries
         for rel in ("sglang/srt/layers/attention/hybrid_linear_attn_backend.py", "sglang/version.py"):

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..demo import run_demo
-from ..writer import write_text
 from .output import console, emit_json
 
 
@@ -19,6 +17,9 @@ def demo_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Snapshot the latest vLLM and SGLang from PyPI and run every recipe on the example configs."""
+    from ..demo import run_demo
+    from ..writer import write_text
+
     if not as_json:
         console.print("[bold]recon demo[/]: snapshotting vLLM and SGLang from PyPI (cached after the first run)")
 

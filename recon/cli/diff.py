@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ..bisect import BisectResult, bisect
-from ..diffing import diff, highlighted
-from ..diffing.model import DiffResult, FunctionChange
 from ..errors import ReconError
-from ..has import HasResult, has_fix
-from ..report import keyed_rows, rows, to_html, to_markdown
-from ..writer import write_text
 from .output import console, emit_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..bisect import BisectResult
+    from ..diffing.model import DiffResult, FunctionChange
+    from ..has import HasResult
 
 #: Exit codes of ``recon has`` (errors keep ReconError's 2 and 3).
 HAS_EXIT = {"yes": 0, "no": 1, "different": 4}
@@ -34,6 +35,8 @@ def _kind(kind: str) -> str:
 
 def _table(title: str, *columns: str) -> Table:
     """A table whose cells wrap instead of being cut (names and values must stay whole)."""
+    from rich.table import Table
+
     t = Table(title=title)
     for col in columns:
         t.add_column(col, overflow="fold")
@@ -41,6 +44,8 @@ def _table(title: str, *columns: str) -> Table:
 
 
 def _write_report(path: str, text: str) -> None:
+    from ..writer import write_text
+
     if path == "-":
         sys.stdout.write(text)
         return
@@ -72,6 +77,9 @@ def diff_cmd(
     change; docstring-only edits are their own kind; signature changes are
     named as `griffe check` names them.
     """
+    from ..diffing import diff
+    from ..report import to_html, to_markdown
+
     result = diff(a, b, sections=section, focus=focus, depth=depth,
                   show=show or bool(markdown) or bool(html_out), context=context, package=package)
     if markdown:
@@ -88,6 +96,8 @@ def diff_cmd(
 
 def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: bool,
                 limit: int) -> None:
+    from ..report import keyed_rows, rows
+
     r = rows(result, all_moved=all_moved)
     console.print(f"[bold]A[/] {result.a.label}  [dim]{result.a.ref or ''}[/]")
     console.print(f"[bold]B[/] {result.b.label}  [dim]{result.b.ref or ''}[/]")
@@ -131,6 +141,8 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
 
 
 def _print_functions(result: DiffResult, *, show: bool, all_moved: bool, limit: int) -> None:
+    from rich.table import Table
+
     fd = result.functions
     assert fd is not None
     if fd.focus:
@@ -162,6 +174,8 @@ def _print_functions(result: DiffResult, *, show: bool, all_moved: bool, limit: 
 
 
 def _print_change_diff(c: FunctionChange, out: Console = console) -> None:
+    from ..diffing import highlighted
+
     if not c.diff:
         return
     out.rule(f"{c.kind}: {c.qualname}")
@@ -179,6 +193,8 @@ def bisect_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Find the first release where a function changed, appeared or disappeared, and show that diff."""
+    from ..bisect import bisect
+
     result = bisect(qualname, versions, jobs=jobs, count_docstrings=docstrings, context=context,
                     package=package)
     if as_json:
@@ -188,6 +204,10 @@ def bisect_cmd(
 
 
 def _print_bisect(result: BisectResult) -> None:
+    from rich.table import Table
+
+    from ..diffing import highlighted
+
     t = Table("release", "present", title=result.qualname)
     t.add_column("where", overflow="fold")
     t.add_column("hash")
@@ -225,6 +245,8 @@ def has_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Does SOURCE contain the fix? Answers yes (exit 0), no (exit 1) or different (exit 4), and why."""
+    from ..has import has_fix
+
     result = has_fix(fix, in_ref, fixed_in=fixed_in, unfixed=unfixed, pattern=pattern,
                      regex=regex, package=package)
     if as_json:
@@ -235,6 +257,8 @@ def has_cmd(
 
 
 def _print_has(result: HasResult) -> None:
+    from ..diffing import highlighted
+
     style = {"yes": "bold green", "no": "bold red", "different": "bold yellow"}[result.answer]
     console.print(f"[{style}]{result.answer}[/]: {result.why}", highlight=False, soft_wrap=True)
     for lineno, text in result.matches:

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
 
-from ..chain import ChainResult, chain, keep_files, render, write_picture
 from ..errors import ReconError
-from ..find import Hit, find_names, find_pattern, find_regex
-from ..graph import Budget
-from ..index import ClassInfo, FunctionInfo, SnapshotIndex, load_index, split_qualname
 from .output import console, emit_json, err_console
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from ..chain import ChainResult
+    from ..find import Hit
+    from ..index import ClassInfo, FunctionInfo, SnapshotIndex
 
 
 def _load(snapshot: str, workers: int | None = None, cache: bool = True) -> SnapshotIndex:
+    from ..index import load_index
+
     return load_index(snapshot, workers=workers, cache=cache)
 
 
@@ -29,6 +32,8 @@ def index_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Index a snapshot (parse every .py file once; later commands reuse the cache)."""
+    from rich.table import Table
+
     idx = _load(snapshot, workers, not no_cache)
     data = idx.summary()
     if as_json:
@@ -59,6 +64,11 @@ def find_cmd(
 
     With --regex or --pattern, NAME (if given) restricts the search to the functions it matches.
     """
+    from rich.table import Table
+
+    from ..find import find_names, find_pattern, find_regex
+    from ..index import FunctionInfo
+
     if not (name or regex or pattern):
         raise ReconError("give a name glob, --regex or --pattern")
     if regex and pattern:
@@ -87,6 +97,8 @@ def find_cmd(
 
 
 def _info_json(info: FunctionInfo | ClassInfo) -> dict[str, object]:
+    from ..index import FunctionInfo
+
     if isinstance(info, FunctionInfo):
         return {"type": "function", "qualname": info.qualname, "path": info.path,
                 "lineno": info.lineno, "def_lineno": info.def_lineno, "end_lineno": info.end_lineno,
@@ -97,6 +109,8 @@ def _info_json(info: FunctionInfo | ClassInfo) -> dict[str, object]:
 
 
 def _print_hits(hits: list[Hit], limit: int) -> None:
+    from rich.text import Text
+
     for hit in hits[:limit]:
         console.print(Text.assemble((hit.qualname, "bold cyan"), "  ", (f"{hit.path}:{hit.lineno}", "dim")))
         for m in hit.lines:
@@ -124,6 +138,9 @@ def chain_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Callers, callees and call paths of a function, and the files they live in."""
+    from ..chain import chain, keep_files, render, write_picture
+    from ..graph import Budget
+
     if direction not in ("both", "callers", "callees"):
         raise ReconError("--direction must be callers, callees or both")
     idx = _load(snapshot)
@@ -153,6 +170,10 @@ def chain_cmd(
 
 
 def _short(idx: SnapshotIndex, q: str) -> Text:
+    from rich.text import Text
+
+    from ..index import split_qualname
+
     module, local = split_qualname(q)
     fn = idx.functions.get(q)
     where = f"{fn.path}:{fn.def_lineno}" if fn else idx.modules[module].path if module in idx.modules else ""
@@ -160,6 +181,12 @@ def _short(idx: SnapshotIndex, q: str) -> Text:
 
 
 def _print_chain(idx: SnapshotIndex, r: ChainResult, show_unresolved: bool) -> None:
+    from rich.table import Table
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from ..index import split_qualname
+
     g = r.graph
     root = Tree(Text.assemble(("target ", "yellow"), _short(idx, r.target)))
     kinds = {(a, b): k for a, b, k, _ in r.edges}

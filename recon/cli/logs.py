@@ -12,7 +12,6 @@ from pathlib import Path
 
 import typer
 
-from ..writer import write_text
 from .output import console, emit_json
 from .recipe import parse_sets
 
@@ -35,6 +34,7 @@ def logs_cmd(
 ) -> None:
     """Parse a vLLM/SGLang server log; with --snapshot, predicted vs observed (exit 1 on a mismatch)."""
     from ..logs import analyze, render_console, render_markdown
+    from ..writer import write_text
 
     report = analyze(serverlog, snapshot=snapshot, config=config, flags=flags,
                      options=parse_sets(sets), engine=engine)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from ..errors import ReconError
 from .output import console, emit_json
@@ -53,6 +52,8 @@ def new(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Write a probe bundle: mount it read-only and put it on PYTHONPATH."""
+    from rich.table import Table
+
     from ..probes import build_spec, new_bundle
 
     spec = build_spec(list(target), log=[x.strip() for x in log.split(",") if x.strip()],
@@ -84,6 +85,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Run the bundle in a fresh interpreter, the way the container will; report what loaded."""
+    from rich.table import Table
+
     from ..probes import check_bundle
 
     result = check_bundle(bundle, python=python, import_targets=import_targets)
@@ -113,6 +116,8 @@ def read(
     markdown: bool = typer.Option(False, "--markdown", help="Print the summary as Markdown."),
 ) -> None:
     """Summarise probe logs per process (VERIFY) and per target (calls, shapes, values)."""
+    from rich.table import Table
+
     from ..probes import read_logs
     from ..probes.logread import compact, short_argv, short_env
 

@@ -6,12 +6,8 @@ import json
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from ..errors import ReconError
-from ..recipes import all_recipes, get, run_recipe
-from ..snapshotter import ensure_snapshot
-from ..writer import write_text
 from .output import console, emit_json
 
 recipe_app = typer.Typer(help="Named investigations, answered by running the release's own code.",
@@ -35,6 +31,10 @@ def parse_sets(items: list[str]) -> dict[str, object]:
 @recipe_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     """Every recipe, with what it answers."""
+    from rich.table import Table
+
+    from ..recipes import all_recipes
+
     rows = [r.describe() for r in all_recipes()]
     if as_json:
         emit_json(rows)
@@ -50,6 +50,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 @recipe_app.command("show")
 def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """What a recipe reads, why it exists, and an example command line."""
+    from ..recipes import get
+
     r = get(name).describe()
     if as_json:
         emit_json(r)
@@ -74,6 +76,10 @@ def run_cmd(
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
 ) -> None:
     """Run one recipe on a snapshot with your config and flags."""
+    from ..recipes import run_recipe
+    from ..snapshotter import ensure_snapshot
+    from ..writer import write_text
+
     snap = ensure_snapshot(snapshot)
     res = run_recipe(name, snap, config=config, flags=flags, options=parse_sets(sets))
     if as_json:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from ..errors import ReconError
-from ..slicing import Py, RunFailed, RunResult, build_slice, run_function
-from ..snapshotter import ensure_snapshot
 from .output import console, emit_json, err_console
+
+if TYPE_CHECKING:
+    from ..slicing import RunResult
 
 SLICE_HELP = """Cut target functions out of a snapshot into one standalone Python module.
 
@@ -63,6 +63,9 @@ def slice_cmd(
                                                       "into it (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the slice's metadata as JSON."),
 ) -> None:
+    from ..slicing import build_slice
+    from ..snapshotter import ensure_snapshot
+
     snap = ensure_snapshot(snapshot)
     sl = build_slice(snap, qualnames, stubs=stub)
     if out is not None:
@@ -81,6 +84,8 @@ def slice_cmd(
 
 
 def _slice_tables(meta: dict[str, Any], out: Path) -> None:
+    from rich.table import Table
+
     t = Table(title=f"slice of {meta['snapshot']['label']} -> {out}")
     t.add_column("file", overflow="fold")
     t.add_column("lines", justify="right")
@@ -129,6 +134,9 @@ def run_cmd(
     check: bool = typer.Option(False, "--check", help="Exit non-zero (4) when the function raises."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
+    from ..slicing import Py, RunFailed, run_function
+    from ..snapshotter import ensure_snapshot
+
     args: dict[str, Any] = _json_values(arg, "--arg", "--arg-py")
     args.update({k: Py(v) for k, v in _pairs(arg_py, "--arg-py")})
     attrs: dict[str, Any] = _json_values(self_attr, "--self", "--self-py")
@@ -158,6 +166,8 @@ def _short(value: Any, width: int = 120) -> str:
 
 def show_result(res: RunResult) -> None:
     """The rich tables of ``recon run``."""
+    from rich.table import Table
+
     snap = res.snapshot
     head = Table(title=f"{res.target}  ({snap.get('package')} {snap.get('version')})",
                  show_header=False)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-from rich.table import Table
 
-from ..layers import CaptureLimits
-from ..snapshot import Snapshot, list_snapshots
-from ..snapshotter import take_snapshot
-from ..sources.base import Layer
 from .output import console, emit_json, err_console, human_bytes
+
+if TYPE_CHECKING:
+    from ..snapshot import Snapshot
+    from ..sources.base import Layer
 
 HELP = """Get a package's exact source out of an image without starting it.
 
@@ -44,6 +42,8 @@ def summary(snap: Snapshot) -> dict[str, Any]:
 
 
 def _show(snap: Snapshot, as_json: bool) -> None:
+    from rich.table import Table
+
     m = snap.manifest
     if as_json:
         emit_json(m)
@@ -96,7 +96,7 @@ def snapshot_cmd(
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder that holds snapshots (default ./snapshots)."),
     snap_name: str | None = typer.Option(None, "--name", "-n", help="Snapshot name (default PACKAGE-VERSION[-SCHEME-DIGEST])."),
     include: list[str] = typer.Option([], "--include", help="Keep only package files matching GLOB (repeatable), e.g. 'vllm/**.py'."),
-    all_files: bool = typer.Option(False, "--all-files", help="Also keep compiled binaries (.so, .cubin...)."),
+    all_files: bool = typer.Option(False, "--all-files", help="Also keep compiled binaries (.so, .cubin, ELF executables...)."),
     platform: str | None = typer.Option(None, "--platform", help="os/arch in a multi-platform index (default linux/amd64)."),
     python: str | None = typer.Option(None, "--python", help="The image's interpreter to decide among several copies."),
     max_file_size: str = typer.Option("512M", "--max-file-size", help="Refuse package files larger than this."),
@@ -107,6 +107,10 @@ def snapshot_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
+    from rich.table import Table
+
+    from ..snapshot import Snapshot, list_snapshots
+
     if source == "ls":
         snaps = [summary(s) for s in list_snapshots(out)]
         if as_json:
@@ -126,6 +130,11 @@ def snapshot_cmd(
         ref = str(out / name) if out is not None and not Path(name).exists() else name
         _show(Snapshot.open(ref), as_json)
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from ..layers import CaptureLimits
+    from ..snapshotter import take_snapshot
+
     if insecure:
         os.environ["RECON_REGISTRY_INSECURE"] = "1"
     limits = CaptureLimits(_parse_size(max_file_size), _parse_size(max_total_size), _parse_size(max_layer_size))

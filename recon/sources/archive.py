@@ -22,45 +22,9 @@ from typing import IO, Any
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer, is_compressed, seekable_tar_entries, tar_entries
 from .oci import INDEX_TYPES, pick_manifest, platform_of
+from .streams import CountingReader, FileWindow
 
 _INDEX_TYPES = INDEX_TYPES  # kept for importers of the old name
-
-
-class _Window(io.RawIOBase):
-    """A seekable read-only view of ``size`` bytes at ``offset`` of a file, with its own handle."""
-
-    def __init__(self, path: Path, offset: int, size: int) -> None:
-        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
-        self._start = offset
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, min(self._size, base + offset))
-        return self._pos
-
-    def readinto(self, buf: Any) -> int:
-        want = min(len(buf), self._size - self._pos)
-        if want <= 0:
-            return 0
-        self._fh.seek(self._start + self._pos)
-        n = self._fh.readinto(memoryview(buf)[:want])
-        self._pos += n or 0
-        return n or 0
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
 
 
 class BlobStore:
@@ -100,7 +64,7 @@ class BlobStore:
         if member is None or not member.isreg():
             raise ReconError(f"missing blob {name}", where=str(self.path))
         # A private file handle per blob: layers are read by several threads at once.
-        return io.BufferedReader(_Window(self.path, member.offset_data, member.size), 1 << 20)
+        return io.BufferedReader(FileWindow(self.path, member.offset_data, member.size), 1 << 20)
 
     def size(self, name: str) -> int:
         if self._tar is None:
@@ -131,8 +95,6 @@ class BlobLayer(Layer):
         self.max_layer_size = max_layer_size
 
     def entries(self) -> Iterator[Entry]:
-        from .base import CountingReader
-
         self.bytes_read = 0
 
         def on_read(n: int) -> None:

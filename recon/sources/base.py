@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..errors import ReconError, UnsafeArchiveError
+from ..errors import ReconError
+from .streams import ReadAhead
 
 FILE, DIR, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
 
@@ -119,39 +120,12 @@ class Image:
 
 # --- tar streams ------------------------------------------------------------
 
-class CountingReader(io.RawIOBase):
-    """Wraps a binary stream and counts bytes so progress bars can follow a layer."""
-
-    def __init__(self, raw: IO[bytes], on_read: Callable[[int], None] | None = None) -> None:
-        self.raw = raw
-        self.count = 0
-        self.on_read = on_read
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        data = self.raw.read(len(buf))
-        n = len(data)
-        buf[:n] = data
-        self.count += n
-        if self.on_read is not None and n:
-            self.on_read(n)
-        return n
-
-
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
     """The fastest gzip decompressor available (ISA-L if installed, else zlib)."""
-    try:
-        from isal import igzip_threaded  # type: ignore[import-not-found]
-
-        return igzip_threaded.open(raw, "rb", threads=1)  # type: ignore[no-any-return]
-    except ImportError:
-        pass
     try:
         from isal import igzip  # type: ignore[import-not-found]
 
@@ -167,79 +141,15 @@ def decompressed(raw: IO[bytes], *, where: str) -> IO[bytes]:
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     head = buffered.peek(4)[:4]  # type: ignore[union-attr]
     if head[:2] == _GZIP_MAGIC:
-        return _gzip_reader(buffered)
+        return ReadAhead(_gzip_reader(buffered))  # type: ignore[return-value]
     if head == _ZSTD_MAGIC:
         import zstandard
 
         # read_across_frames: a multi-frame layer (zstd:chunked writes one frame per file)
         # must read as one stream; without it reads stop short at each frame end.
-        return zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value]
-            buffered, read_size=1 << 20, read_across_frames=True)
+        return ReadAhead(zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value]
+            buffered, read_size=1 << 20, read_across_frames=True))
     return buffered  # type: ignore[return-value]
-
-
-class BombGuard(io.RawIOBase):
-    """Stops reading a decompressed stream that expands past a cap (decompression bombs)."""
-
-    def __init__(self, raw: IO[bytes], cap: int, where: str) -> None:
-        self.raw = raw
-        self.cap = cap
-        self.where = where
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        data = self.raw.read(len(buf))
-        n = len(data)
-        self.count += n
-        if self.count > self.cap:
-            raise UnsafeArchiveError(
-                f"layer expands past {self.cap} bytes when decompressed (decompression bomb? "
-                "raise the cap with --max-layer-size)", where=self.where)
-        buf[:n] = data
-        return n
-
-
-class ForwardReader(io.RawIOBase):
-    """Makes a one-way stream (a decompressor) look seekable *forwards*.
-
-    With it, :mod:`tarfile`'s random-access mode works on a gzip/zstd layer:
-    skipping a member's data becomes ``readinto`` a reusable buffer, instead of
-    the stream mode's slicing of ever-growing byte strings.
-    """
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.pos = 0
-        self._scratch = bytearray(1 << 20)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buf: Any) -> int:
-        n = self.raw.readinto(buf)  # type: ignore[attr-defined]
-        self.pos += n or 0
-        return n or 0
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        target = offset if whence == io.SEEK_SET else self.pos + offset
-        if whence not in (io.SEEK_SET, io.SEEK_CUR) or target < self.pos:
-            raise io.UnsupportedOperation("this layer stream only seeks forwards")
-        view = memoryview(self._scratch)
-        while self.pos < target:
-            n = self.raw.readinto(view[: min(len(view), target - self.pos)])  # type: ignore[attr-defined]
-            if not n:
-                break
-            self.pos += n
-        return self.pos
 
 
 def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str = "",

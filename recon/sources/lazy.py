@@ -49,6 +49,7 @@ from typing import IO, Any, Protocol
 from ..blobcache import BlobCache, check_digest, digest_of
 from ..errors import ReconError, UnsafeArchiveError
 from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer
+from .streams import Bounded
 
 ESTARGZ_TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
 ZSTD_POSITION_KEYS = ("io.github.containers.zstd-chunked.manifest-position",
@@ -278,30 +279,9 @@ def _decompressor(fmt: str, raw: IO[bytes]) -> IO[bytes]:
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[return-value]
 
 
-class _Exactly(io.RawIOBase):
-    """Yield exactly ``size`` bytes of ``raw``; fewer is corruption (a short payload)."""
-
-    def __init__(self, raw: IO[bytes], size: int, where: str) -> None:
-        self.raw, self.left, self.where = raw, size, where
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        if self.left <= 0:
-            return 0
-        try:
-            data = self.raw.read(min(len(buf), self.left))
-        except (OSError, EOFError, zlib.error) as err:
-            raise ReconError(f"corrupt compressed payload ({err})", where=self.where) from err
-        except Exception as err:  # zstd errors
-            raise ReconError(f"corrupt compressed payload ({err})", where=self.where) from err
-        if not data:
-            raise ReconError("payload shorter than the TOC says", where=self.where)
-        n = len(data)
-        buf[:n] = data
-        self.left -= n
-        return n
+def _exactly(raw: IO[bytes], size: int, where: str) -> IO[bytes]:
+    """Exactly ``size`` decompressed bytes of one TOC entry; fewer is corruption."""
+    return Bounded(raw, size, where=where, short="payload shorter than the TOC says")  # type: ignore[return-value]
 
 
 class LazyLayer(Layer):
@@ -421,7 +401,7 @@ class LazyLayer(Layer):
         if e.size > BIG_FILE:
             with self.reader.stream(e.start, e.end) as raw:
                 self.bytes_read += e.end - e.start
-                self.cache.put_stream(e.digest, _Exactly(_decompressor(self.fmt, raw), e.size, where),
+                self.cache.put_stream(e.digest, _exactly(_decompressor(self.fmt, raw), e.size, where),
                                       size=e.size, where=where)
         else:
             self._fetch_batch(toc, self._plan(toc, i))
@@ -466,7 +446,7 @@ class LazyLayer(Layer):
             e = toc[j]
             where = f"{self.where}: {e.name}"
             raw = io.BytesIO(memoryview(data)[e.start - base:e.end - base])
-            content = _Exactly(_decompressor(self.fmt, raw), e.size, where).read()  # type: ignore[attr-defined]
+            content = _exactly(_decompressor(self.fmt, raw), e.size, where).read()  # type: ignore[attr-defined]
             assert e.digest is not None
             self.cache.put_bytes(e.digest, content, where=where)
 

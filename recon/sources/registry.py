@@ -46,6 +46,7 @@ from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Entry, Image, ImageConfig, Layer
 from .lazy import LazyLayer, lazy_format
 from .oci import DOCKER_SCHEMA1, INDEX_TYPES, MANIFEST_TYPES, is_index, pick_manifest
+from .streams import Bounded
 
 ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES)])
 MAX_MANIFEST = 4 << 20
@@ -499,9 +500,9 @@ class _FileRanges:
     def stream(self, start: int, end: int) -> IO[bytes]:
         from pathlib import Path
 
-        from .archive import _Window
+        from .streams import FileWindow
 
-        return io.BufferedReader(_Window(Path(self.path), start, max(0, min(end, self.size) - start)),
+        return io.BufferedReader(FileWindow(Path(self.path), start, max(0, min(end, self.size) - start)),
                                  1 << 20)
 
 
@@ -509,28 +510,6 @@ class _FileRanges:
 
 LISTING = "tar-listing-v2"
 TEE_MAX = 64 << 20  # files opened up to this size are also kept in the blob cache
-
-
-class _Slice(io.RawIOBase):
-    """``size`` bytes of a shared forward stream; short data means the blob changed on disk."""
-
-    def __init__(self, raw: IO[bytes], size: int, where: str) -> None:
-        self.raw, self.left, self.where = raw, size, where
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        if self.left <= 0:
-            return 0
-        data = self.raw.read(min(len(buf), self.left))
-        if not data:
-            raise ReconError("cached layer is shorter than its listing (cache damaged? delete "
-                             "it and run again)", where=self.where)
-        n = len(data)
-        buf[:n] = data
-        self.left -= n
-        return n
 
 
 class _Tee(io.RawIOBase):
@@ -609,7 +588,8 @@ class RemoteLayer(Layer):
 
     def _plain(self, raw: IO[bytes]) -> IO[bytes]:
         """The tar stream of the cached blob: seekable when uncompressed, else forward-only."""
-        from .base import BombGuard, CountingReader, ForwardReader, decompressed, is_compressed
+        from .base import decompressed, is_compressed
+        from .streams import BombGuard, CountingReader, ForwardReader
 
         head = raw.read(4)
         raw.seek(0)
@@ -686,7 +666,8 @@ class RemoteLayer(Layer):
                 state["raw"] = open(path, "rb")  # noqa: SIM115 - closed below
                 stream = state["stream"] = self._plain(state["raw"])
             stream.seek(offset)
-            part: IO[bytes] = _Slice(stream, size, self.where)  # type: ignore[assignment]
+            part: IO[bytes] = Bounded(stream, size, where=self.where, short=(  # type: ignore[assignment]
+                "cached layer is shorter than its listing (cache damaged? delete it and run again)"))
             if 0 < size <= TEE_MAX:
                 part = _Tee(part, size, cache, rec)  # type: ignore[assignment]
             return io.BufferedReader(part, 1 << 20)  # type: ignore[arg-type]

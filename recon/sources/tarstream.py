@@ -28,10 +28,11 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import IO, Any
+from typing import IO
 
 from ..errors import ReconError, UnsafeArchiveError
 from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry
+from .streams import Bounded, stream_error
 
 BLOCK = 512
 _ZERO = bytes(BLOCK)
@@ -42,15 +43,11 @@ _POSIX_MAGIC = b"ustar\x0000"
 _STAR_TRAILER = b"tar\0"
 
 
-class TarCorrupt(ReconError):
-    """The bytes are not a well-formed tar (bad checksum, short data, bad number)."""
-
-
 def _number(field: bytes, what: str, where: str) -> int:
     """An octal field, or GNU base-256 when the high bit of the first byte is set."""
     if field and field[0] & 0x80:
         if field[0] & 0x40:  # 0xff...: a negative number
-            raise TarCorrupt(f"negative {what} in a tar header", where=where)
+            raise ReconError(f"negative {what} in a tar header", where=where)
         return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
     text = field.split(b"\0", 1)[0].strip(b" ")
     if not text:
@@ -58,7 +55,7 @@ def _number(field: bytes, what: str, where: str) -> int:
     try:
         return int(text, 8)
     except ValueError:
-        raise TarCorrupt(f"bad {what} field {field!r} in a tar header", where=where) from None
+        raise ReconError(f"bad {what} field {field!r} in a tar header", where=where) from None
 
 
 def _text(raw: bytes) -> str:
@@ -90,72 +87,21 @@ def _pax_records(data: bytes, where: str) -> dict[str, str]:
         try:
             length = int(data[pos:space])
         except ValueError:
-            raise TarCorrupt("malformed PAX header record", where=where) from None
+            raise ReconError("malformed PAX header record", where=where) from None
         if length <= 0 or pos + length > len(data):
-            raise TarCorrupt("malformed PAX header record", where=where)
+            raise ReconError("malformed PAX header record", where=where)
         record = data[space + 1:pos + length - 1]
         key, eq, value = record.partition(b"=")
         if not eq:
-            raise TarCorrupt("malformed PAX header record", where=where)
+            raise ReconError("malformed PAX header record", where=where)
         out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
         pos += length
     return out
 
 
-class _Data(io.RawIOBase):
-    """The data of the current member: at most ``size`` bytes, then end of file.
-
-    Short data is corruption (a truncated layer), reported at once rather than
-    letting a half-written file look complete.
-    """
-
-    def __init__(self, read: Callable[[int], bytes], size: int, where: str, name: str) -> None:
-        self._read = read
-        self.left = size
-        self._where = where
-        self._name = name
-
-    def readable(self) -> bool:
-        return True
-
-    def opened(self) -> IO[bytes]:
-        """What ``Entry.open`` returns: this reader (one pass over the data)."""
-        return self  # type: ignore[return-value]
-
-    def read(self, n: int | None = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        want = self.left if n is None or n < 0 else min(n, self.left)
-        try:
-            data = self._read(want)
-        except ReconError:
-            raise
-        except Exception as err:  # the decompressor underneath failed mid-file
-            raise _corrupt(err, self._where) from err
-        if not data:
-            raise TarCorrupt(f"layer ends inside {self._name!r} (truncated)", where=self._where)
-        self.left -= len(data)
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buf: Any) -> int:
-        data = self.read(len(buf))
-        n = len(data)
-        memoryview(buf)[:n] = data
-        return n
-
-
 def _sparse(name: str, where: str) -> IO[bytes]:
     raise ReconError(f"{name!r} is stored as a GNU sparse file, which recon does not read",
                      where=where)
-
-
-def _corrupt(err: BaseException, where: str) -> TarCorrupt:
-    if isinstance(err, (OSError, EOFError)):
-        return TarCorrupt(f"truncated or corrupt layer ({type(err).__name__}: {err})", where=where)
-    return TarCorrupt(f"truncated or corrupt compressed data ({err})", where=where)  # zlib, zstd
 
 
 def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", prefix: str = "",
@@ -171,6 +117,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
     """
     read = raw.read
     scratch = memoryview(bytearray(1 << 20))
+    fast_skip: Callable[[int], int] | None = getattr(raw, "skip", None)  # ReadAhead drops blocks
     pos = 0  # bytes consumed from the stream
 
     def skip(n: int, name: str) -> None:
@@ -181,12 +128,17 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
             raw.seek(n, io.SEEK_CUR)
             pos += n
             return
+        if fast_skip is not None:
+            if fast_skip(n) != n:
+                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
+            pos += n
+            return
         readinto = raw.readinto  # type: ignore[attr-defined]
         left = n
         while left:
             got = readinto(scratch[: min(left, len(scratch))])
             if not got:
-                raise TarCorrupt(f"layer ends inside {name!r} (truncated)", where=where)
+                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
             left -= got
         pos += n
 
@@ -197,7 +149,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                                      f"{_SPECIAL_MAX}-byte cap)", where=where)
         data = read(size)
         if len(data) < size:
-            raise TarCorrupt(f"layer ends inside a {kind} header (truncated)", where=where)
+            raise ReconError(f"layer ends inside a {kind} header (truncated)", where=where)
         pos += size
         skip(-size % BLOCK, kind)
         return data
@@ -211,12 +163,12 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
             if len(buf) < BLOCK:
                 if not buf:
                     return  # no end-of-archive blocks: tolerated, as tarfile and Go do
-                raise TarCorrupt(f"layer ends inside a tar header at offset {pos} (truncated)",
+                raise ReconError(f"layer ends inside a tar header at offset {pos} (truncated)",
                                  where=where)
             if buf == _ZERO:
                 return
             if not _checksum_ok(buf):
-                raise TarCorrupt(f"bad tar header checksum at offset {pos} (not a tar layer, "
+                raise ReconError(f"bad tar header checksum at offset {pos} (not a tar layer, "
                                  "or truncated or corrupt)", where=where)
             pos += BLOCK
             flag = buf[156:157]
@@ -249,7 +201,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                     try:
                         size = int(pax["size"])
                     except ValueError:
-                        raise TarCorrupt("bad PAX size record", where=where) from None
+                        raise ReconError("bad PAX size record", where=where) from None
                 if "GNU.sparse.name" in pax:
                     name, sparse = pax["GNU.sparse.name"], True
                 pax = {}
@@ -257,7 +209,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                 while True:
                     ext = read(BLOCK)
                     if len(ext) < BLOCK:
-                        raise TarCorrupt("layer ends inside a sparse header (truncated)", where=where)
+                        raise ReconError("layer ends inside a sparse header (truncated)", where=where)
                     pos += BLOCK
                     if not ext[504]:
                         break
@@ -279,7 +231,8 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                     data_reader = None
                     yield Entry(name, FILE, size, None, mode, partial(_sparse, name, where))
                 else:
-                    data_reader = _Data(read, size, where, name)
+                    data_reader = Bounded(raw, size, where=where,
+                                          short=f"layer ends inside {name!r} (truncated)")
                     yield Entry(name, FILE, size, None, mode, data_reader.opened)
                 consumed = size - data_reader.left if data_reader is not None else 0
                 pos += consumed
@@ -295,7 +248,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
     except (ReconError, GeneratorExit):
         raise
     except Exception as err:  # OSError, EOFError, zlib.error, zstd errors underneath
-        raise _corrupt(err, where) from err
+        raise stream_error(err, where) from err
 
 
 def member_name(name: str, strip: str, prefix: str) -> str:
