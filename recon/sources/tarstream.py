@@ -125,7 +125,12 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
         if n <= 0:
             return
         if seekable:
-            raw.seek(n, io.SEEK_CUR)
+            # Seeking past the end is not an error for files; reading the last byte is
+            # (a truncated layer must not pass for a complete one). The next header read
+            # is then served from the same buffer refill.
+            raw.seek(n - 1, io.SEEK_CUR)
+            if not read(1):
+                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
             pos += n
             return
         if fast_skip is not None:
