@@ -83,6 +83,23 @@ class ScanResult:
     entries_seen: int = 0
 
 
+def _add_folders(name: str, seen: set[int]) -> None:
+    """Record the folders above ``name`` as paths of its layer.
+
+    A layer holding ``x/y`` makes ``x`` a directory in that layer even when the
+    tar has no entry for ``x`` (as overlayfs sees the layer's folder), so a
+    file or symlink ``x`` in a lower layer is hidden. Stops at the first folder
+    already seen, so it costs one lookup per entry in the usual tar order.
+    """
+    folder = name.rpartition("/")[0]
+    while folder:
+        h = hash(folder)
+        if h in seen:
+            return
+        seen.add(h)
+        folder = folder.rpartition("/")[0]
+
+
 @dataclass
 class LayerScan:
     """Phase one's view of one layer, taken without knowing the layers above it.
@@ -158,6 +175,21 @@ class Hider:
         return hidden
 
 
+def default_workers(layers: list[Layer]) -> int:
+    """How many layers to scan at once when nobody said.
+
+    Measured (docs/benchmarks/snapshot.md): uncompressed layers are walked
+    fastest one at a time, top first (header parsing holds the GIL, and each
+    layer then writes straight into the final tree); compressed layers gain from
+    decompressing side by side, because zlib and zstd release the GIL. Capped
+    at 4: each scan holds a read-ahead buffer of 16 MiB.
+    """
+    compressed = sum(1 for layer in layers if layer.compressed)
+    if compressed < 2:
+        return 1
+    return max(1, min(4, os.cpu_count() or 1, compressed))
+
+
 class Squasher:
     """Squash an image's layers, keeping the files of the named packages.
 
@@ -187,10 +219,9 @@ class Squasher:
         self.limits = limits or CaptureLimits()
         self.only_roots = only_roots  # second pass: capture only under extra_roots
         self.progress = progress
-        # One layer at a time by default: measured on 2 cores, threads lose to GIL contention
-        # (docs/benchmarks/snapshot.md); scanning top-down also lets every upper layer's
-        # hider skip the files it hides. RECON_LAYER_WORKERS=N scans N layers at once.
-        self.workers = workers or int(os.environ.get("RECON_LAYER_WORKERS") or 1)
+        # RECON_LAYER_WORKERS=N scans N layers at once; by default see default_workers().
+        self.workers = workers or int(os.environ.get("RECON_LAYER_WORKERS") or 0)
+        self._indices: list[int] = []
         self.result = ScanResult()
         self._lock = threading.Lock()
         self._total = 0
@@ -228,11 +259,13 @@ class Squasher:
     # -- the pass ------------------------------------------------------------
     def run(self, image: Image) -> ScanResult:
         scratch_base = self.writer.root.parent / f".layers-{id(self):x}"
+        self._indices = [layer.index for layer in image.layers]
+        workers = self.workers or default_workers(image.layers)
         scans: list[LayerScan] = []
         try:
             order = list(reversed(image.layers))  # the top layer first: its scan is needed first
-            if self.workers > 1 and len(order) > 1:
-                with ThreadPoolExecutor(self.workers) as pool:
+            if workers > 1 and len(order) > 1:
+                with ThreadPoolExecutor(workers) as pool:
                     futures = [pool.submit(self._scan, layer, scratch_base / str(layer.index))
                                for layer in order]
                     try:
@@ -242,20 +275,23 @@ class Squasher:
                             f.cancel()
                         raise
             else:
-                # One layer at a time, top first: when a layer is scanned every layer above
-                # it is known, so what it writes is exactly what stays visible and can go
-                # straight into the final tree (no scratch copy, no rename per file).
-                scans = [self._scan(layer, None) for layer in order]
+                scans = [self._scan(layer, scratch_base / str(layer.index)) for layer in order]
             self._merge(scans)
         finally:
             shutil.rmtree(scratch_base, ignore_errors=True)
         return self.result
 
     def _scan(self, layer: Layer, scratch: Path | None) -> LayerScan:
-        """Phase one for one layer, written to ``scratch`` (or, with ``None``, the final tree).
+        """Phase one for one layer.
 
-        Writing to the final tree is only right when every layer above is already scanned.
+        When every layer above is already scanned (always, one layer at a time, top
+        first), what this layer writes is exactly what stays visible, so it goes straight
+        into the final tree: no scratch copy, no rename per file. Otherwise (layers
+        scanned side by side) it goes to ``scratch`` and the merge moves what is visible.
         """
+        with self._lock:
+            if all(i in self._finished for i in self._indices if i > layer.index):
+                scratch = None
         where = f"layer {layer.index} ({layer.digest[:19]})"
         scan = LayerScan(layer.index, scratch)
         pending: dict[str, list[str]] = {}
@@ -289,6 +325,7 @@ class Squasher:
                 scan.kinds.append(entry.kind)
                 h = hash(name)
                 scan.paths.add(h)
+                _add_folders(name, scan.paths)
                 if entry.kind == DIR:
                     continue
                 scan.nondirs.add(h)
@@ -420,6 +457,7 @@ class Squasher:
         for scan in scans:  # top layer first
             cur_paths: set[int] = set()
             cur_nondirs: set[int] = set()
+            cur_folders: set[int] = set()  # folders the layer implies without an entry of their own
             layer_root = TreeWriter(scan.scratch) if scan.captured and scan.scratch else None
             try:
                 for name, kind in zip(scan.names, scan.kinds, strict=True):
@@ -429,6 +467,7 @@ class Squasher:
                         res.duplicates += 1
                         continue  # the scan already kept the last of the duplicates
                     cur_paths.add(h)
+                    _add_folders(name, cur_folders)
                     if kind == DIR:
                         continue
                     cur_nondirs.add(h)
@@ -440,7 +479,7 @@ class Squasher:
             finally:
                 if layer_root is not None:
                     layer_root.close()
-            upper.add(cur_paths, cur_nondirs, scan.whiteouts, scan.opaques)
+            upper.add(cur_paths | cur_folders, cur_nondirs, scan.whiteouts, scan.opaques)
             res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
 
     def _visible(self, name: str, kind: str, scan: LayerScan, layer_root: TreeWriter | None) -> None:

@@ -285,3 +285,30 @@ def test_parallel_layer_scan_gives_the_same_snapshot(built: dict[str, object], t
     assert snapshot_fingerprint(one) == snapshot_fingerprint(two)
     assert {p: r.layer for p, r in one.files.items()} == {p: r.layer for p, r in two.files.items()}
     assert one.manifest["distributions"] == two.manifest["distributions"]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_folder_implied_by_an_upper_layer_hides_a_lower_file(tmp_path: Path, workers: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upper layer holding ``vllm/ops/k.py`` without an entry for ``vllm/ops`` still makes
+    ``vllm/ops`` a folder (overlayfs sees the layer's own folder): the lower layer's file and
+    symlink of those names must not come back, nor replace the folder and drop ``k.py``.
+    Worked out by hand from the overlay rule; no tool here applies such a layer the same way
+    (builders always write the folder entries)."""
+    monkeypatch.setenv("RECON_LAYER_WORKERS", workers)
+    lower = (LayerBuilder(tmp_path / "l0.tar")
+             .file("usr/local/bin/python3", b"#!\n", mode=0o755).dir(SITE).dir(V)
+             .file(f"{V}/__init__.py", b"__version__ = '1.2.3'\n")
+             .file(f"{V}/ops", b"a file where the upper layer has a folder\n")
+             .symlink(f"{V}/attn", "/etc")
+             .close())
+    upper = (LayerBuilder(tmp_path / "l1.tar")
+             .file(f"{V}/ops/k.py", b"K = 1\n")
+             .file(f"{V}/attn/backend.py", b"B = 2\n")
+             .close())
+    archive = write_docker_archive(tmp_path / "img.tar", [lower, upper])
+    snap = take_snapshot(f"docker-archive:{archive}", out=tmp_path / "out")
+    assert set(snap.files) == {"vllm/__init__.py", "vllm/ops/k.py", "vllm/attn/backend.py"}
+    assert (snap.src / "vllm/ops/k.py").read_bytes() == b"K = 1\n"
+    assert not (snap.src / "vllm/attn").is_symlink()
+    assert snap.files["vllm/ops/k.py"].layer == 1

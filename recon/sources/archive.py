@@ -93,6 +93,8 @@ class BlobLayer(Layer):
         self.store = store
         self.blob = blob
         self.max_layer_size = max_layer_size
+        with store.open(blob) as fh:
+            self.compressed = is_compressed(fh.read(4))
 
     def entries(self) -> Iterator[Entry]:
         self.bytes_read = 0

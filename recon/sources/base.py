@@ -86,6 +86,8 @@ class Layer:
         self.media_type = media_type
         self.size = size
         self.bytes_read = 0  # compressed bytes consumed (progress bars)
+        #: gzip/zstd on the wire or on disk (decides whether layers are scanned side by side)
+        self.compressed = False
 
     def entries(self) -> Iterator[Entry]:
         raise NotImplementedError

@@ -576,6 +576,7 @@ class RemoteLayer(Layer):
         self.client = client
         self.max_layer_size = max_layer_size
         self.cancel = cancel
+        self.compressed = "gzip" in self.media_type or "zstd" in self.media_type
         self.future: Future[None] | None = None
         self.fetched = 0
         self.where = f"layer {index} ({self.digest[:19]})"
