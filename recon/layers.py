@@ -1,14 +1,14 @@
 """Squash image layers the way the Docker engine does, keeping only the package we want.
 
-Each layer is streamed once (top layer first; optionally several at once), writing only
-the files under candidate package folders into a per-layer scratch folder;
-then the layers are merged **top-down**: the first layer to mention a path
-owns it; lower layers only fill in what no upper layer mentioned, whited out
-(``.wh.NAME``), made opaque (``.wh..wh..opq``) or replaced with a
-non-directory above it. This gives the engine's result without ever
-materialising the whole filesystem, so memory stays bounded whatever the
-image size; every write goes through :class:`recon.writer.TreeWriter`,
-which cannot escape its root.
+Each layer is streamed once, top layer first (compressed layers several at
+once). The rule is the engine's: the first layer from the top to mention a
+path owns it; lower layers only fill in what no upper layer mentioned, whited
+out (``.wh.NAME``), made opaque (``.wh..wh..opq``) or replaced with a
+non-directory above it. A layer writes its package files only once every
+layer above it is scanned, so it writes exactly the files that stay visible,
+straight into the final tree. The whole filesystem is never materialised and
+memory stays bounded whatever the image size; every write goes through
+:class:`recon.writer.TreeWriter`, which cannot escape its root.
 
 Along the way the pass records the small facts needed to decide which copy of
 the package the image's own Python would import: top-level names per
@@ -18,18 +18,15 @@ files, ``.pth`` files, and every symlink (resolved virtually, never on the host)
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import os
 import posixpath
 import re
-import shutil
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
-from pathlib import Path
 from typing import IO
 
 from .errors import ReconError, UnsafeArchiveError
@@ -102,15 +99,14 @@ def _add_folders(name: str, seen: set[int]) -> None:
 
 @dataclass
 class LayerScan:
-    """Phase one's view of one layer, taken without knowing the layers above it.
+    """Phase one's view of one layer.
 
-    ``names``/``kinds`` list every entry in tar order (markers excluded);
-    package files were written to the layer's own scratch folder and are
-    listed in ``captured``; small metadata files are kept in memory.
+    ``names``/``kinds`` list every entry in tar order (markers excluded); the
+    package files it wrote (the visible ones) are listed in ``captured``;
+    small metadata files are kept in memory.
     """
 
     index: int
-    scratch: Path | None  # None: files were written straight into the final tree
     names: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     whiteouts: set[str] = field(default_factory=set)
@@ -190,15 +186,17 @@ def default_workers(layers: list[Layer]) -> int:
     return max(1, min(4, os.cpu_count() or 1, compressed))
 
 
+class _Abandoned(Exception):
+    """A layer scan stopping because another one failed (the first failure is what is raised)."""
+
+
 class Squasher:
     """Squash an image's layers, keeping the files of the named packages.
 
-    Phase one scans layers (top first, optionally in parallel; each independently: decompress,
-    parse, write candidate package files into a per-layer scratch folder).
-    Phase two walks the scans **top-down**: the first layer to mention a path
-    owns it; lower layers only fill in what no upper layer mentioned, whited
-    out (``.wh.NAME``), made opaque (``.wh..wh..opq``) or replaced with a
-    non-directory above it. Visible files are renamed into the final tree.
+    Phase one scans layers (top first, compressed ones side by side: decompress,
+    parse, and once the layers above are known write the visible package files).
+    Phase two walks the scans **top-down** and records the visible symlinks,
+    interpreters, metadata and top-level names the locator needs.
 
     ``roots`` are folders (image-root-relative) whose children are top-level
     importable names: every ``site-packages``/``dist-packages`` is found by
@@ -224,6 +222,8 @@ class Squasher:
         self._indices: list[int] = []
         self.result = ScanResult()
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # signalled when a layer's scan finishes
+        self._failed = False
         self._total = 0
         self._finished: dict[int, LayerScan] = {}  # scans done so far, by layer index
 
@@ -258,97 +258,99 @@ class Squasher:
 
     # -- the pass ------------------------------------------------------------
     def run(self, image: Image) -> ScanResult:
-        scratch_base = self.writer.root.parent / f".layers-{id(self):x}"
         self._indices = [layer.index for layer in image.layers]
         workers = self.workers or default_workers(image.layers)
-        scans: list[LayerScan] = []
-        try:
-            order = list(reversed(image.layers))  # the top layer first: its scan is needed first
-            if workers > 1 and len(order) > 1:
-                with ThreadPoolExecutor(workers) as pool:
-                    futures = [pool.submit(self._scan, layer, scratch_base / str(layer.index))
-                               for layer in order]
-                    try:
-                        scans = [f.result() for f in futures]
-                    except BaseException:
-                        for f in futures:
-                            f.cancel()
-                        raise
-            else:
-                scans = [self._scan(layer, scratch_base / str(layer.index)) for layer in order]
-            self._merge(scans)
-        finally:
-            shutil.rmtree(scratch_base, ignore_errors=True)
+        order = list(reversed(image.layers))  # the top layer first: the others wait on it
+        if workers > 1 and len(order) > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                futures = [pool.submit(self._scan, layer) for layer in order]
+                try:
+                    wait(futures, return_when=FIRST_EXCEPTION)
+                    scans = [f.result() for f in futures]
+                except BaseException:
+                    with self._cond:
+                        self._failed = True  # layers waiting on the one that failed give up
+                        self._cond.notify_all()
+                    for f in futures:
+                        f.cancel()
+                    raise
+        else:
+            scans = [self._scan(layer) for layer in order]
+        self._merge(scans)
         return self.result
 
-    def _scan(self, layer: Layer, scratch: Path | None) -> LayerScan:
-        """Phase one for one layer.
+    def _scan(self, layer: Layer) -> LayerScan:
+        """Phase one for one layer: list every entry, keep the small metadata files, and
+        write the package files it contributes straight into the final tree.
 
-        When every layer above is already scanned (always, one layer at a time, top
-        first), what this layer writes is exactly what stays visible, so it goes straight
-        into the final tree: no scratch copy, no rename per file. Otherwise (layers
-        scanned side by side) it goes to ``scratch`` and the merge moves what is visible.
+        Writing waits until every layer above has been scanned, because only then is it
+        known which of this layer's files stay visible. Layers scanned side by side thus
+        decompress and list in parallel but write one after the other, top first, and a
+        file that an upper layer hides is never written (no scratch copies, no renames).
         """
-        with self._lock:
-            if all(i in self._finished for i in self._indices if i > layer.index):
-                scratch = None
         where = f"layer {layer.index} ({layer.digest[:19]})"
-        scan = LayerScan(layer.index, scratch)
+        scan = LayerScan(layer.index)
         pending: dict[str, list[str]] = {}
         if self.progress:
             self.progress(layer, "start")
-        known = -1
-        hider = Hider()
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(TreeWriter(scratch)) if scratch is not None else self.writer
-            for n, entry in enumerate(layer.entries()):
-                if n % 512 == 0:
-                    if self.progress:
-                        self.progress(layer, "advance")
-                    if len(self._finished) != known:
-                        known, hider = self._hider_above(layer.index)
-                name = entry.name
-                if name.startswith("/"):
-                    raise UnsafeArchiveError(f"absolute path in layer: {name!r}", where=where)
-                if not name:
-                    continue
-                name = clean_relpath(name, where=where)
-                base = name.rpartition("/")[2]
-                if base.startswith(".wh."):
-                    parent = name.rpartition("/")[0]
-                    if base == ".wh..wh..opq":
-                        scan.opaques.add(parent)
-                    elif not base.startswith(".wh..wh."):
-                        scan.whiteouts.add(f"{parent}/{base[4:]}" if parent else base[4:])
-                    continue
-                scan.names.append(name)
-                scan.kinds.append(entry.kind)
-                h = hash(name)
-                scan.paths.add(h)
-                _add_folders(name, scan.paths)
-                if entry.kind == DIR:
-                    continue
-                scan.nondirs.add(h)
-                self._take(entry, name, layer, scan, out, where, pending, hider)
-            if pending:
-                self._resolve_hardlinks(layer, scan, out, pending, where)
-        with self._lock:
+        hider: Hider | None = None
+
+        def upper() -> Hider:
+            nonlocal hider
+            if hider is None:
+                hider = self._wait_for_upper(layer.index)
+            return hider
+
+        for n, entry in enumerate(layer.entries()):
+            if n % 512 == 0 and self.progress:
+                self.progress(layer, "advance")
+            name = entry.name
+            if name.startswith("/"):
+                raise UnsafeArchiveError(f"absolute path in layer: {name!r}", where=where)
+            if not name:
+                continue
+            name = clean_relpath(name, where=where)
+            base = name.rpartition("/")[2]
+            if base.startswith(".wh."):
+                parent = name.rpartition("/")[0]
+                if base == ".wh..wh..opq":
+                    scan.opaques.add(parent)
+                elif not base.startswith(".wh..wh."):
+                    scan.whiteouts.add(f"{parent}/{base[4:]}" if parent else base[4:])
+                continue
+            scan.names.append(name)
+            scan.kinds.append(entry.kind)
+            h = hash(name)
+            scan.paths.add(h)
+            _add_folders(name, scan.paths)
+            if entry.kind == DIR:
+                continue
+            scan.nondirs.add(h)
+            self._take(entry, name, layer, scan, where, pending, upper)
+        if pending:
+            self._resolve_hardlinks(layer, scan, pending, where)
+        with self._cond:
             self._finished[layer.index] = scan
+            self._cond.notify_all()
         if self.progress:
             self.progress(layer, "done")
         return scan
 
-    def _hider_above(self, index: int) -> tuple[int, Hider]:
-        with self._lock:
+    def _wait_for_upper(self, index: int) -> Hider:
+        """Block until every layer above ``index`` is scanned; return what they hide."""
+        with self._cond:
+            while not all(i in self._finished for i in self._indices if i > index):
+                if self._failed:
+                    raise _Abandoned
+                self._cond.wait(0.2)
             done = [s for i, s in self._finished.items() if i > index]
-            count = len(self._finished)
         hider = Hider()
         for s in done:
             hider.add(s.paths, s.nondirs, s.whiteouts, s.opaques)
-        return count, hider
+        return hider
 
-    def _take(self, entry: Entry, name: str, layer: Layer, scan: LayerScan, out: TreeWriter,
-              where: str, pending: dict[str, list[str]], hider: Hider) -> None:
+    def _take(self, entry: Entry, name: str, layer: Layer, scan: LayerScan, where: str,
+              pending: dict[str, list[str]], upper: Callable[[], Hider]) -> None:
         if entry.kind == SYMLINK:
             scan.symlinks[name] = entry.linkname or ""
         if name.endswith("/pyvenv.cfg") and entry.kind == FILE:
@@ -369,8 +371,9 @@ class Squasher:
             if entry.kind in (FILE, HARDLINK):
                 scan.skipped[name] = {"size": entry.size, "layer": layer.index}
             return
-        if hider.hides(name):
-            return  # an upper layer already scanned hides it: no need to write it
+        if upper().hides(name):
+            return  # an upper layer hides it: never written
+        out = self.writer
         if entry.kind == SYMLINK:
             out.symlink(name, entry.linkname or "", where=where)
             scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
@@ -423,9 +426,10 @@ class Squasher:
             data = fh.read(SMALL_FILE)
         scan.metadata[name] = data.decode("utf-8", "replace")
 
-    def _resolve_hardlinks(self, layer: Layer, scan: LayerScan, out: TreeWriter,
-                           pending: dict[str, list[str]], where: str) -> None:
+    def _resolve_hardlinks(self, layer: Layer, scan: LayerScan, pending: dict[str, list[str]],
+                           where: str) -> None:
         """Fetch hardlink targets that were out of scope by reading the layer again."""
+        out = self.writer
         for entry in layer.entries():
             if entry.kind != FILE or not entry.name:
                 continue
@@ -451,38 +455,37 @@ class Squasher:
                                      "the same layer", where=where)
 
     def _merge(self, scans: list[LayerScan]) -> None:
-        """Phase two: top-down visibility; move visible package files into the final tree."""
+        """Phase two: top-down visibility of every entry; record what the image shows.
+
+        Package files are already in place (each scan wrote only what stays
+        visible); this pass collects the facts the locator needs (symlinks,
+        interpreters, metadata, top-level names) from the visible entries.
+        """
         res = self.result
         upper = Hider()
         for scan in scans:  # top layer first
             cur_paths: set[int] = set()
             cur_nondirs: set[int] = set()
             cur_folders: set[int] = set()  # folders the layer implies without an entry of their own
-            layer_root = TreeWriter(scan.scratch) if scan.captured and scan.scratch else None
-            try:
-                for name, kind in zip(scan.names, scan.kinds, strict=True):
-                    res.entries_seen += 1
-                    h = hash(name)
-                    if h in cur_paths:
-                        res.duplicates += 1
-                        continue  # the scan already kept the last of the duplicates
-                    cur_paths.add(h)
-                    _add_folders(name, cur_folders)
-                    if kind == DIR:
-                        continue
-                    cur_nondirs.add(h)
-                    if upper.hides(name):
-                        # Written straight to the final tree only if visible (the hider was complete).
-                        assert not (scan.scratch is None and name in scan.captured), name
-                        continue
-                    self._visible(name, kind, scan, layer_root)
-            finally:
-                if layer_root is not None:
-                    layer_root.close()
+            for name, kind in zip(scan.names, scan.kinds, strict=True):
+                res.entries_seen += 1
+                h = hash(name)
+                if h in cur_paths:
+                    res.duplicates += 1
+                    continue  # the scan already kept the last of the duplicates
+                cur_paths.add(h)
+                _add_folders(name, cur_folders)
+                if kind == DIR:
+                    continue
+                cur_nondirs.add(h)
+                if upper.hides(name):
+                    assert name not in scan.captured, f"wrote {name}, hidden by an upper layer"
+                    continue
+                self._visible(name, kind, scan)
             upper.add(cur_paths | cur_folders, cur_nondirs, scan.whiteouts, scan.opaques)
             res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
 
-    def _visible(self, name: str, kind: str, scan: LayerScan, layer_root: TreeWriter | None) -> None:
+    def _visible(self, name: str, kind: str, scan: LayerScan) -> None:
         res = self.result
         if kind == SYMLINK and name in scan.symlinks:
             res.symlinks[name] = scan.symlinks[name]
@@ -498,19 +501,8 @@ class Squasher:
         if name in scan.skipped:
             res.skipped[name] = scan.skipped[name]
         cap = scan.captured.get(name)
-        if cap is None:
-            return
-        if scan.scratch is None:  # already in place
+        if cap is not None:
             res.captured[name] = cap
-            return
-        if layer_root is None:
-            return
-        where = f"layer {scan.index}"
-        if cap.kind == "symlink":
-            self.writer.symlink(name, cap.target or "", where=where)
-        else:
-            layer_root.move_into(name, self.writer, where=where)
-        res.captured[name] = cap
 
 
 # --- virtual symlink resolution ------------------------------------------------
