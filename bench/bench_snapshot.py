@@ -189,7 +189,9 @@ def main() -> None:
     best("recon oci gzip, to tmpfs", recon(shm / "c", oci))
     best("recon oci gzip, to disk", recon(work / "c", oci))
     best("recon oci gzip --all-files, to disk", recon(work / "d", oci, "--all-files"))
-    best("recon oci gzip, to tmpfs, 2 layers at once", recon(shm / "e", oci),
+    best("recon oci gzip, to tmpfs, one layer at a time (RECON_LAYER_WORKERS=1)", recon(shm / "e", oci),
+         env={**os.environ, "RECON_LAYER_WORKERS": "1"})
+    best("recon docker-archive, to tmpfs, 2 layers at once (RECON_LAYER_WORKERS=2)", recon(shm / "f", da),
          env={**os.environ, "RECON_LAYER_WORKERS": "2"})
     shutil.rmtree(shm, ignore_errors=True)
     bundle = work / "bundle"
