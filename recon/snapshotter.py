@@ -13,6 +13,7 @@ import datetime as _dt
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,20 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
         whl = fetch_wheel(text[4:])
         key = whl.name
         source = f"wheel:{whl}" if "==" not in text else text  # exact pins keep the pip: reference
+    elif scheme == "registry":
+        from .sources.registry import resolve_digest
+
+        try:
+            key = text + "@" + resolve_digest(text.partition(":")[2])
+        except ReconError as err:  # offline: the newest snapshot already taken of this reference
+            from .sources.registry import parse_reference
+
+            cached = _newest_cached(base, f"registry:{parse_reference(text.partition(':')[2])}")
+            if cached is None:
+                raise
+            print(f"recon: warning: {err}; using the snapshot of {text} taken "
+                  f"{cached.manifest.get('created', '?')}", file=sys.stderr)
+            return cached
     else:
         key = text + _freshness(scheme, text.partition(":")[2])
     extra = "" if not kwargs else repr(sorted(kwargs.items()))
@@ -198,6 +213,22 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
         return Snapshot.open(dest)
     snap = take_snapshot(source, name=name, out=base, force=True, **kwargs)
     return snap
+
+
+def _newest_cached(base: Path, ref: str) -> Snapshot | None:
+    """The most recently taken cached snapshot whose source reference is ``ref``."""
+    best: tuple[tuple[str, int], Snapshot] | None = None
+    for manifest in base.glob(f"*/{MANIFEST}"):
+        try:
+            snap = Snapshot.open(manifest.parent)
+        except ReconError:
+            continue
+        if snap.manifest.get("source", {}).get("ref") != ref:
+            continue
+        when = (str(snap.manifest.get("created", "")), manifest.stat().st_mtime_ns)
+        if best is None or when > best[0]:
+            best = (when, snap)
+    return best[1] if best else None
 
 
 def _freshness(scheme: str, rest: str) -> str:

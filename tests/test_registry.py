@@ -446,3 +446,28 @@ def test_bad_input_is_one_readable_line(pushed: dict[str, Any], registry: Regist
                            "--out", str(out)], capture_output=True, text=True, env=env)
     assert proc.returncode == 2
     assert "connection refused" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cached_snapshot_follows_a_moved_tag(tmp_path: Path) -> None:
+    """ensure_snapshot keys registry: sources by the digest the tag points to now: a tag pushed
+    again gets a new snapshot; with the registry gone, the newest snapshot of it is used."""
+    from recon.snapshotter import ensure_snapshot
+
+    reg = Registry(tmp_path / "reg").start()
+    try:
+        ref = f"registry:{reg.host}/recon/moving:stable"
+        versions = []
+        for version in ("1.0.0", "1.0.1"):
+            d = tmp_path / version
+            d.mkdir()
+            tar = (LayerBuilder(d / "l.tar").file("usr/local/bin/python3", b"#!\n", mode=0o755)
+                   .file(f"{V}/__init__.py", f"__version__ = '{version}'\n".encode()).close())
+            layout = d / "oci"
+            write_oci_layout(layout, [image_manifest(layout, [gzip_layer(tar, d / "l.tgz")])])
+            skopeo_copy(f"oci:{layout}:latest", f"docker://{ref[9:]}")
+            versions.append(ensure_snapshot(ref).version)
+            assert ensure_snapshot(ref).version == version  # reused while the tag stays put
+        assert versions == ["1.0.0", "1.0.1"]
+    finally:
+        reg.stop()
+    assert ensure_snapshot(ref).version == "1.0.1"  # offline: the newest one taken

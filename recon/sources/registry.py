@@ -738,6 +738,24 @@ def open_registry(rest: str, *, platform: str | None = None, max_layer_size: int
         raise
 
 
+def resolve_digest(rest: str, *, insecure: bool | None = None) -> str:
+    """The digest a reference points to now: itself if pinned, else one manifest request.
+
+    Cached snapshots of ``registry:`` sources are keyed by it, so a tag that
+    moved to a new image gets a new snapshot instead of the old one.
+    """
+    ref = parse_reference(rest)
+    if ref.digest:
+        return ref.digest
+    if insecure is None:
+        insecure = insecure_from_env(ref.api_host)
+    client = RegistryClient(ref, insecure=insecure)
+    try:
+        return client.manifest(ref.reference)[2]
+    finally:
+        client.close()
+
+
 def _open(client: RegistryClient, ref: Reference, platform: str | None,
           max_layer_size: int | None) -> Image:
     where = client.where
