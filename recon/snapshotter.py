@@ -170,7 +170,10 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
     snapshotted once into ``$RECON_CACHE/snapshots`` and reused after that.
 
     ``pip:`` specs are keyed by the wheel they resolve to, so ``pip:vllm``
-    (latest) and ``pip:vllm==0.33.0`` share one snapshot.
+    (latest) and ``pip:vllm==0.33.0`` share one snapshot; ``registry:`` tags
+    by the digest they point to now (offline: the newest snapshot taken of
+    that reference); ``docker:`` by image id; files and folders by size and
+    modification time.
     """
     from .paths import cache_dir
     from .sources import SCHEMES
