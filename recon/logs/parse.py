@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -147,16 +148,27 @@ def read_log(path: str | Path, *, engine: str | None = None) -> ServerLog:
     """Parse a server log file (``-`` is not accepted: recon cites line numbers of a file)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        fh = open(p, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError as err:
         raise ReconError(f"log not found: {p}") from err
     except IsADirectoryError as err:
         raise ReconError(f"{p} is a folder; pass the log file") from err
-    return parse_text(data.decode("utf-8", errors="replace"), path=str(p), engine=engine)
+    with fh:
+        # Line by line: a long-running server's log can be gigabytes; only matches are kept.
+        lines = (raw.rstrip(b"\n").decode("utf-8", errors="replace") for raw in fh)
+        return parse_lines(lines, path=str(p), engine=engine)
 
 
 def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) -> ServerLog:
     """Parse log text: events, observed quantities, arguments, errors."""
+    parts = text.split("\n")
+    if text.endswith("\n"):
+        parts.pop()  # a final newline ends a line, it starts none
+    return parse_lines(parts, path=path, engine=engine)
+
+
+def parse_lines(lines: Iterable[str], *, path: str = "<text>", engine: str | None = None) -> ServerLog:
+    """Parse log lines (split on "\\n" only): events, observed quantities, arguments, errors."""
     if engine not in (None, "vllm", "sglang"):
         raise ReconError(f"--engine must be vllm or sglang, got {engine!r}")
     tbs = _Tracebacks()
@@ -165,7 +177,7 @@ def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) ->
     votes: Counter[str] = Counter()
     n = 0
     # split on "\n" only: a tqdm bar's "\r" updates stay one line, so numbers match `grep -n`
-    for n, raw in enumerate(text.split("\n"), 1):
+    for n, raw in enumerate(lines, 1):
         ln = split_prefix(n, raw)
         if tbs.feed(ln):
             continue
@@ -179,8 +191,7 @@ def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) ->
                             ln.process, ln.level))
         printed[n] = hit.printed
     found = engine or (votes.most_common(1)[0][0] if votes else None)
-    lines = n - 1 if text.endswith("\n") else n  # a final newline ends a line, it starts none
-    log = ServerLog(path=path, engine=found, version=None, lines=lines)
+    log = ServerLog(path=path, engine=found, version=None, lines=n)
     log.errors = tbs.finish()
     _collect(log, events, printed)
     return log
