@@ -50,7 +50,8 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                   package: str | None = None, python: str | None = None,
                   include: Iterable[str] = (), all_files: bool = False,
                   platform: str | None = None, limits: CaptureLimits | None = None,
-                  force: bool = False, progress: ProgressFn | None = None) -> Snapshot:
+                  force: bool = False, progress: ProgressFn | None = None,
+                  docker_layers: bool = False) -> Snapshot:
     """Snapshot ``source`` (``docker:``, ``docker-archive:``, ``oci:``, ``oci-archive:``,
     ``wheel:``, ``pip:``, ``dir:``) and return the opened :class:`Snapshot`."""
     limits = limits or CaptureLimits()
@@ -58,7 +59,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     base_dir = Path(out) if out else snapshots_dir()
     base_dir.mkdir(parents=True, exist_ok=True)
     image = open_source(source, packages=packages, platform=platform,
-                        max_layer_size=limits.max_layer_size)
+                        max_layer_size=limits.max_layer_size, docker_layers=docker_layers)
     try:
         # Stage in a scratch folder first: the final name depends on the version found.
         with staging(base_dir, "snapshot") as work:

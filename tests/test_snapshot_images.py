@@ -224,6 +224,30 @@ def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_pat
 
 
 @pytest.mark.docker
+def test_engine_source_with_layers_records_each_files_layer(built: dict[str, object], loaded: str,
+                                                            docker_client, tmp_path: Path) -> None:  # noqa: ANN001
+    """docker: --layers goes through `docker save`: the same files as the hand-built archive, each
+    attributed to the same layer (the hot-fix to layer 3), no container, no temporary copy left."""
+    from recon.paths import cache_dir
+
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_layers=True)
+    ref = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "archive", package="vllm")
+    assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
+    assert {p: r.layer for p, r in snap.files.items()} == {p: r.layer for p, r in ref.files.items()}
+    assert snap.files["vllm/config/compilation.py"].layer == 3
+    assert snap.files["vllm/envs.py"].layer == 1
+    assert snap.manifest["source"]["ref"] == f"docker:{loaded}"
+    assert snap.manifest["source"]["digest"] == docker_client.images.get(loaded).id
+    assert [ly["diff_id"] for ly in snap.manifest["layers"]] == \
+        docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert not list((cache_dir() / "tmp").glob("docker-save-*"))
+    with pytest.raises(ReconError, match="--layers is for docker: sources"):
+        take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "x", docker_layers=True)
+
+
+@pytest.mark.docker
 def test_missing_image_is_one_clear_error(docker_client, tmp_path: Path) -> None:  # noqa: ANN001
     with pytest.raises(ReconError, match="not found in the Docker engine"):
         take_snapshot("docker:recon-test/does-not-exist:0", out=tmp_path)

@@ -104,6 +104,7 @@ def snapshot_cmd(
     max_layer_size: str = typer.Option("256G", "--max-layer-size", help="Refuse layers that decompress past this."),
     force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
     insecure: bool = typer.Option(False, "--insecure", help="registry: plain HTTP, loopback registries only."),
+    layers: bool = typer.Option(False, "--layers", help="docker: read the layers through `docker save` (a temporary copy of the image under the cache) to record the layer each file came from."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
@@ -153,7 +154,7 @@ def snapshot_cmd(
     with progress:
         snap = take_snapshot(source, name=snap_name, out=out, package=package, python=python,
                              include=include, all_files=all_files, platform=platform, limits=limits,
-                             force=force, progress=on_layer)
+                             force=force, progress=on_layer, docker_layers=layers)
     if as_json:
         emit_json(summary(snap))
     elif not quiet:

@@ -21,13 +21,18 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
-                max_layer_size: int | None = None, insecure: bool | None = None) -> Image:
+                max_layer_size: int | None = None, insecure: bool | None = None,
+                docker_layers: bool = False) -> Image:
     """Open ``ref`` without starting anything; the caller must ``close()`` the image.
 
     ``insecure`` (``registry:`` only) allows plain HTTP to a loopback registry;
-    ``None`` defers to ``RECON_REGISTRY_INSECURE``.
+    ``None`` defers to ``RECON_REGISTRY_INSECURE``. ``docker_layers``
+    (``docker:`` only) reads the image's layers through ``docker save``
+    instead of the engine's merged view, so each file's layer is known.
     """
     scheme, rest = split_ref(ref)
+    if docker_layers and scheme != "docker":
+        raise ReconError(f"--layers is for docker: sources; {scheme}: records each file's layer already")
     if scheme == "registry":
         from .registry import open_registry
 
@@ -36,7 +41,8 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     if scheme == "docker":
         from .daemon import open_daemon
 
-        return open_daemon(rest, packages=packages, platform=platform)
+        return open_daemon(rest, packages=packages, platform=platform, via_save=docker_layers,
+                           max_layer_size=max_layer_size)
     if scheme == "docker-archive":
         from .archive import open_docker_archive
 

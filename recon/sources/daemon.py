@@ -5,7 +5,9 @@ archive API (``GET /containers/{id}/archive``), which returns the engine's own
 squashed view. The container is removed in every case, Ctrl-C included.
 Per-file layer provenance is not available this way (the engine has already
 merged the layers): files are attributed to one layer standing for the
-engine's view; use ``docker-archive:`` (``docker save``) for per-layer origin.
+engine's view. With ``--layers`` the image is instead exported through the
+engine's ``docker save`` into a temporary folder and read like a
+``docker-archive:``, so every file names the layer it came from.
 """
 
 from __future__ import annotations
@@ -123,7 +125,10 @@ class DaemonLayer(Layer):
                 yield entry
 
 
-def open_daemon(ref: str, *, packages: list[str], platform: str | None = None) -> Image:
+def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
+                via_save: bool = False, max_layer_size: int | None = None) -> Image:
+    """Open an image of the local engine: its merged view through a created (never started)
+    container, or with ``via_save`` its layers through ``docker save``."""
     client = _client()
     import docker.errors
 
@@ -133,6 +138,8 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None) -
         raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
     except docker.errors.APIError as err:
         raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
+    if via_save:
+        return _open_saved(client, image, ref, platform, max_layer_size)
     attrs = image.attrs
     config = ImageConfig.from_image_json(attrs)
     # Create (never start) a container; the command is a placeholder never run.
@@ -177,3 +184,48 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None) -
                         "repo_digests": attrs.get("RepoDigests") or [],
                         "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
                  closer=close)
+
+
+def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
+                max_layer_size: int | None) -> Image:
+    """The image's layers as the engine exports them (``docker save``), for per-layer provenance.
+
+    The engine's archive of the whole image is streamed into a private temporary
+    folder under the cache (it needs as much free space as the image) and read
+    like a ``docker-archive:``; the folder is removed when the image is closed,
+    also on error or Ctrl-C. No container is created at all.
+    """
+    import shutil
+    import tempfile
+
+    from ..paths import cache_dir
+    from ..writer import TreeWriter
+    from .archive import open_docker_archive
+
+    tmp_root = cache_dir() / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="docker-save-", dir=tmp_root)
+    try:
+        chunks = client.api.get_image(image.id, chunk_size=1 << 20)
+        with TreeWriter(tmp) as out:
+            out.write_stream("image.tar", io.BufferedReader(_ChunkReader(iter(chunks)), 1 << 20),
+                             where=f"docker save of {ref}")
+        saved = open_docker_archive(os.path.join(tmp, "image.tar"), platform=platform,
+                                    max_layer_size=max_layer_size)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    inner = saved.closer
+
+    def close() -> None:
+        try:
+            if inner is not None:
+                inner()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    attrs = image.attrs
+    saved.ref, saved.scheme, saved.digest, saved.closer = f"docker:{ref}", "docker", image.id, close
+    saved.extra.update({"repo_tags": image.tags, "repo_digests": attrs.get("RepoDigests") or [],
+                        "via": "docker save"})
+    return saved
