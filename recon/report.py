@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .diffing.model import DiffResult, FunctionChange, KeyedDiff
+from .diffing.model import DiffResult, FieldChange, FunctionChange, KeyedDiff
 
 #: Longest file list a report prints in full; the rest is counted.
 MAX_FILES = 300
@@ -21,6 +21,45 @@ MAX_FILES = 300
 def change_row(c: FunctionChange) -> dict[str, str]:
     """The four columns every renderer shows for one function change."""
     return {"kind": c.kind, "function": c.qualname, "where": c.where(), "detail": c.detail()}
+
+
+#: Longest field value a table cell shows (``--json`` has them whole).
+MAX_VALUE = 160
+
+
+def clip_pair(a: str, b: str, limit: int = MAX_VALUE, context: int = 30) -> tuple[str, str]:
+    """Two long values cut around where they differ, ``...`` marking what was left out.
+
+    A mapping table of 2,000 characters with one entry added stays readable,
+    and the part that changed stays in view on both sides.
+    """
+    if len(a) <= limit and len(b) <= limit:
+        return a, b
+    prefix = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        prefix += 1
+    suffix = 0
+    while (suffix < min(len(a), len(b)) - prefix
+           and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]):
+        suffix += 1
+
+    def cut(t: str) -> str:
+        start, end = max(0, prefix - context), min(len(t), len(t) - suffix + context)
+        mid = t[start:end]
+        if len(mid) > limit:
+            mid, end = mid[:limit], start + limit
+        return ("..." if start else "") + mid + ("..." if end < len(t) else "")
+
+    return cut(a), cut(b)
+
+
+def field_row(c: FieldChange) -> dict[str, str]:
+    """The columns every renderer shows for one class field change (long values clipped)."""
+    a, b = clip_pair(c.side("a"), c.side("b"))
+    return {"kind": c.kind, "field": c.qualname, "a": a, "b": b,
+            "where": c.where(), "old_class": c.old_class or "", "detail": c.detail()}
 
 
 def keyed_rows(d: KeyedDiff) -> list[tuple[str, str, str, str]]:
@@ -64,12 +103,24 @@ def rows(result: DiffResult, *, all_moved: bool = False) -> dict[str, Any]:
             "diffs": [(c.qualname, c.kind, c.diff) for c in fd.changes if c.diff],
             "moved": [change_row(c) for c in fd.moved] if all_moved else [],
             "moved_count": len(fd.moved), "formatting": [c.qualname for c in fd.formatting]}
+    if result.fields is not None:
+        out["fields"] = {"summary": result.fields.summary(), "focus": result.fields.focus,
+                         "changes": [field_row(c) for c in result.fields.changes]}
     return out
 
 
 # -- Markdown ----------------------------------------------------------------------------------
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_code(text: str) -> str:
+    """A cell as inline code (``-`` for an absent side); backticks inside get a longer fence."""
+    if text == "-":
+        return text
+    fence = "``" if "`" in text else "`"
+    pad = " " if "`" in text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_table(head: list[str], body: list[tuple[str, ...]] | list[list[str]]) -> list[str]:
@@ -112,6 +163,19 @@ def to_markdown(result: DiffResult, *, all_moved: bool = False) -> str:
             if f["more"]:
                 out += ["", f"... and {f['more']} more"]
             out += [""]
+    if "fields" in r:
+        fl = r["fields"]
+        out += ["## Class fields", "",
+                "Assignments directly in class bodies (dataclass and pydantic fields, class "
+                "constants) of the classes on both sides, by normalized source.", "",
+                fl["summary"] + (" (classes owning a function on the focus chain)"
+                                 if fl["focus"] else "") + ".", ""]
+        if fl["changes"]:
+            out += _md_table(["kind", "field", "A", "B", "where"],
+                             [[c["kind"], f"`{c['field']}`", _md_code(c["a"]), _md_code(c["b"]),
+                               c["where"] + (f" (class was `{c['old_class']}`)" if c["old_class"]
+                                             else "")]
+                              for c in fl["changes"]]) + [""]
     if "functions" in r:
         fn = r["functions"]
         out += ["## Functions", "", fn["summary"], ""]
@@ -145,7 +209,8 @@ code,pre{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace}
 pre.diff{background:#f6f8fa;padding:.6em;overflow-x:auto;border:1px solid #d0d7de}
 .add{background:#dafbe1;display:block}.del{background:#ffebe9;display:block}
 .hunk{color:#0550ae;display:block}.meta{font-weight:bold;display:block}.ctx{display:block}
-.k-added{color:#1a7f37}.k-removed{color:#cf222e}.k-signature,.k-body{color:#9a6700}
+.k-added{color:#1a7f37}.k-removed{color:#cf222e}.k-signature,.k-body,.k-default,
+.k-annotation{color:#9a6700}
 .muted{color:#656d76}details{margin:.3em 0}summary{cursor:pointer}
 """
 
@@ -226,6 +291,19 @@ def to_html(result: DiffResult, *, all_moved: bool = False) -> str:
                        + _html_table(["change", "path"], f["listed"]) + "</details>")
             if f["more"]:
                 out.append(f"<p class='muted'>... and {f['more']} more</p>")
+    if "fields" in r:
+        fl = r["fields"]
+        out.append(f"<h2>Class fields</h2><p>{_h(fl['summary'])}"
+                   + (" (classes owning a function on the focus chain)" if fl["focus"] else "")
+                   + ".</p>")
+        if fl["changes"]:
+            out.append(_html_table(
+                ["kind", "field", "A", "B", "where"],
+                [[f"<span class='k-{_h(c['kind'])}'>{_h(c['kind'])}</span>",
+                  f"<code>{_h(c['field'])}</code>", f"<code>{_h(c['a'])}</code>",
+                  f"<code>{_h(c['b'])}</code>",
+                  _h(c["where"] + (f" (class was {c['old_class']})" if c["old_class"] else ""))]
+                 for c in fl["changes"]], raw=True))
     if "functions" in r:
         fn = r["functions"]
         out.append(f"<h2>Functions</h2><p>{_h(fn['summary'])}</p>")

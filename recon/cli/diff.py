@@ -25,7 +25,7 @@ HAS_EXIT = {"yes": 0, "no": 1, "different": 4}
 _KIND_STYLE = {"added": "green", "removed": "red", "renamed": "magenta", "signature": "yellow",
                "body": "yellow", "decorators": "yellow", "docstring": "blue", "moved": "dim",
                "formatting": "dim", "appeared": "green", "disappeared": "red", "same": "dim",
-               "first": "dim", "absent": "dim"}
+               "first": "dim", "absent": "dim", "default": "yellow", "annotation": "yellow"}
 
 
 def _kind(kind: str) -> str:
@@ -136,11 +136,38 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
         if len(shown) < len(listed):
             console.print(f"  [dim]... {len(listed) - len(shown)} more (--files lists all)[/]")
     if result.functions is not None:
-        _print_functions(result, show=show, all_moved=all_moved, limit=limit)
+        _print_functions(result, all_moved=all_moved, limit=limit)
+    if result.fields is not None:
+        _print_fields(result, limit=limit)
+    if show and result.functions is not None:
+        for c in result.functions.changes[:limit]:
+            _print_change_diff(c)
     console.print(f"[dim]{result.seconds:.2f}s[/]")
 
 
-def _print_functions(result: DiffResult, *, show: bool, all_moved: bool, limit: int) -> None:
+def _print_fields(result: DiffResult, *, limit: int) -> None:
+    """Class-body fields whose default or annotation changed, or that came or went."""
+    from rich.markup import escape
+
+    from ..report import field_row
+
+    fl = result.fields
+    assert fl is not None
+    if fl.changes:
+        t = _table("class fields", "kind", "field", "A", "B", "where")
+        for c in fl.changes[:limit]:  # values are Python source: "list[str]" is not markup
+            row = field_row(c)
+            t.add_row(_kind(c.kind), escape(row["field"]), escape(row["a"]), escape(row["b"]),
+                      escape(row["where"] + (f" (class was {row['old_class']})"
+                                             if row["old_class"] else "")))
+        console.print(t)
+        if len(fl.changes) > limit:
+            console.print(f"[dim]... {len(fl.changes) - limit} more field changes (--limit, --json)[/]")
+    focus = " (classes owning a function on the focus chain)" if fl.focus else ""
+    console.print(f"[bold]class fields[/]: {fl.summary()}{focus}", soft_wrap=True, highlight=False)
+
+
+def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None:
     from rich.table import Table
 
     fd = result.functions
@@ -168,9 +195,6 @@ def _print_functions(result: DiffResult, *, show: bool, all_moved: bool, limit: 
             t.add_row(c.qualname, c.where() + (" (text differs)" if "text" in c.parts else ""))
         console.print(t)
     console.print(f"[bold]functions[/]: {fd.summary()}", soft_wrap=True)
-    if show:
-        for c in fd.changes[:limit]:
-            _print_change_diff(c)
 
 
 def _print_change_diff(c: FunctionChange, out: Console = console) -> None:

@@ -26,6 +26,19 @@ Function change kinds (``FunctionChange.kind``), in the order reports list them:
 
 A pair whose container changed (a class or module renamed, a file moved)
 keeps its content kind and says ``"moved"`` in ``parts``.
+
+Class field change kinds (``FieldChange.kind``), for the assignments
+directly in a class body (dataclass and pydantic fields, class constants;
+see :class:`recon.index.models.ClassField`), compared on normalized source:
+
+``added`` / ``removed``
+    the name is assigned in the class body on one side only.
+``default``
+    the assigned value changed (``256`` -> ``512``, ``False`` -> ``None``,
+    ``Field(default_factory=f)`` -> ``True``); the annotation may have
+    changed too (then ``"annotation"`` is in ``parts``).
+``annotation``
+    only the annotation changed (``bool`` -> ``bool | None``).
 """
 
 from __future__ import annotations
@@ -33,13 +46,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..index.models import FunctionInfo
+from ..index.models import ClassField, ClassInfo, FunctionInfo
 
 CODE_KINDS = ("added", "removed", "renamed", "signature", "body", "decorators")
 LISTED_KINDS = (*CODE_KINDS, "docstring")
 QUIET_KINDS = ("moved", "formatting")
 ALL_KINDS = (*LISTED_KINDS, *QUIET_KINDS)
 SECTIONS = ("image", "distributions", "files", "functions")
+FIELD_KINDS = ("added", "removed", "default", "annotation")
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,113 @@ class FunctionDiff:
         return out
 
 
+def field_json(cls: ClassInfo, name: str, f: ClassField | None) -> dict[str, Any] | None:
+    """One side of a field change: normalized annotation and value, and where it is."""
+    if f is None:
+        return None
+    return {"annotation": f.annotation, "value": f.value, "path": cls.path, "line": f.lineno,
+            "class": cls.qualname, "text": f"{name}: {f.render()}" if f.annotation is not None
+            else f"{name} {f.render()}".rstrip()}
+
+
+@dataclass
+class FieldChange:
+    """One class-body field that differs between the two versions of a class."""
+
+    kind: str  # one of FIELD_KINDS
+    cls_old: ClassInfo
+    cls_new: ClassInfo
+    name: str
+    old: ClassField | None
+    new: ClassField | None
+    parts: tuple[str, ...] = ()  # "default", "annotation": what differs for a changed field
+
+    @property
+    def qualname(self) -> str:
+        """``module:Class.field``, under the new class name."""
+        return f"{self.cls_new.qualname}.{self.name}"
+
+    @property
+    def old_class(self) -> str | None:
+        """The old class qualname when the class moved to another module."""
+        return self.cls_old.qualname if self.cls_old.qualname != self.cls_new.qualname else None
+
+    def where(self) -> str:
+        """``path:line`` of the assignment (B's; A's for a removal; both when it moved files)."""
+        a = f"{self.cls_old.path}:{self.old.lineno}" if self.old else None
+        b = f"{self.cls_new.path}:{self.new.lineno}" if self.new else None
+        if a and b and a != b:
+            if self.cls_old.path == self.cls_new.path:
+                return f"{a} -> {self.new.lineno}"  # type: ignore[union-attr]
+            return f"{a} -> {b}"
+        return b or a or ""
+
+    def side(self, which: str) -> str:
+        """What one side says, ``int = 256`` (``-`` when the field is absent there)."""
+        f = self.old if which == "a" else self.new
+        return f.render() if f is not None else "-"
+
+    def detail(self) -> str:
+        """One line: what differs, in words."""
+        bits = []
+        if self.old and self.new:
+            if "default" in self.parts:
+                bits.append(f"default {_or_none(self.old.value)} -> {_or_none(self.new.value)}")
+            if "annotation" in self.parts:
+                bits.append(f"annotation {_or_none(self.old.annotation)} -> "
+                            f"{_or_none(self.new.annotation)}")
+        if self.old_class:
+            bits.append(f"class was {self.old_class}")
+        return "; ".join(bits)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "qualname": self.qualname, "class": self.cls_new.qualname,
+                "old_class": self.old_class, "field": self.name, "parts": list(self.parts),
+                "old": field_json(self.cls_old, self.name, self.old),
+                "new": field_json(self.cls_new, self.name, self.new)}
+
+
+def _or_none(text: str | None) -> str:
+    return "(none)" if text is None else text
+
+
+@dataclass
+class FieldDiff:
+    """The class fields of the classes present on both sides (compared with the functions).
+
+    ``classes_compared`` counts the class pairs whose fields were compared
+    (classes of the changed files, matched by qualname, plus classes that
+    moved to another module: see :mod:`recon.diffing.fields`).
+    """
+
+    changes: list[FieldChange]
+    classes_compared: int
+    focus: bool = False  # only the classes owning a function of the --focus chain were compared
+
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in FIELD_KINDS}
+        for c in self.changes:
+            out[c.kind] += 1
+        out["classes_changed"] = len({c.cls_new.qualname for c in self.changes})
+        out["classes_compared"] = self.classes_compared
+        return out
+
+    def summary(self) -> str:
+        """``5 field changes in 2 classes (1 added, 1 removed, 3 default); 40 classes compared``."""
+        c = self.counts()
+        n = len(self.changes)
+        detail = ", ".join(f"{c[k]} {k}" for k in FIELD_KINDS if c[k])
+        return (f"{n} field change{'s' if n != 1 else ''}"
+                + (f" in {c['classes_changed']} class{'es' if c['classes_changed'] != 1 else ''}"
+                   f" ({detail})" if n else "")
+                + f"; {self.classes_compared} class{'es' if self.classes_compared != 1 else ''} "
+                "compared")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "counts": self.counts(),
+                "changes": [c.to_json() for c in self.changes], "focus": self.focus}
+
+
 @dataclass
 class KeyedDiff:
     """Added / removed / changed entries of a keyed table (env vars, labels, distributions)."""
@@ -266,6 +387,8 @@ class DiffResult:
     distributions: KeyedDiff | None = None
     files: FileDiff | None = None
     functions: FunctionDiff | None = None
+    #: Class-body fields (defaults, annotations): computed with the functions section.
+    fields: FieldDiff | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -276,5 +399,6 @@ class DiffResult:
                 else None,
                 "files": self.files.to_json() if self.files is not None else None,
                 "functions": self.functions.to_json() if self.functions is not None else None,
+                "fields": self.fields.to_json() if self.fields is not None else None,
                 "seconds": round(self.seconds, 3),
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}

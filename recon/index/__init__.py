@@ -11,6 +11,7 @@ Public API (other parts of recon build on these names)::
     idx.errors                                    # {path: "SyntaxError: ... (line 3)"}
     idx.function_at(path, lineno)                 # innermost function holding a line
     idx.function_ast(qualname)                    # just that def, parsed, file line numbers
+    idx.classes[q].fields["max_num_seqs"]         # ClassField("int", "256", 88): class-body assignments
 
 Name resolution (imports, re-exports, MRO, annotations) is
 :class:`recon.index.resolve.Resolver`; the call graph is :mod:`recon.graph`.
@@ -21,6 +22,7 @@ from __future__ import annotations
 from .build import load_index
 from .models import (
     FUNCTION_KINDS,
+    ClassField,
     ClassInfo,
     FunctionInfo,
     ImportInfo,
@@ -37,6 +39,7 @@ from .visitor import index_source
 
 __all__ = [
     "FUNCTION_KINDS",
+    "ClassField",
     "ClassInfo",
     "FunctionInfo",
     "ImportInfo",

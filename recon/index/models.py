@@ -164,6 +164,29 @@ class FunctionInfo(NamedTuple):
         return f"{self.path}:{self.def_lineno}"
 
 
+class ClassField(NamedTuple):
+    """One assignment directly in a class body: a dataclass/pydantic field or a class constant.
+
+    ``max_num_seqs: int = 256`` is ``("int", "256", line)``; ``X = 4`` is
+    ``(None, "4", line)``; ``name: str`` is ``("str", None, line)``. Text is
+    normalized source (:func:`ast.unparse`), so two releases that differ in
+    formatting, quotes or comments only give equal fields;
+    ``field(default=...)`` and ``Field(default=..., ge=1)`` are kept as the
+    call. ``lineno`` is the assignment's line (the last one, for a name
+    assigned twice).
+    """
+
+    annotation: str | None
+    value: str | None
+    lineno: int
+
+    def render(self) -> str:
+        """``int = 256``, ``= 4`` (no annotation), ``str`` (no value)."""
+        if self.annotation is None:
+            return f"= {self.value}" if self.value is not None else ""
+        return self.annotation + (f" = {self.value}" if self.value is not None else "")
+
+
 class ClassInfo(NamedTuple):
     """A class of the snapshot. ``bases`` are source text; resolve them with the index."""
 
@@ -182,6 +205,9 @@ class ClassInfo(NamedTuple):
     #: Instance/class attributes with a type hint (see the module docstring's convention):
     #: class-level annotations, ``self.x: T = ...`` and ``self.x = f(...)`` in methods.
     attributes: dict[str, str]
+    #: The assignments directly in the class body, in source order (see :class:`ClassField`):
+    #: dataclass and pydantic fields with their defaults, class constants.
+    fields: dict[str, ClassField]
 
     @property
     def short(self) -> str:

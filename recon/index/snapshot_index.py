@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ReconError
 from ..snapshot import Snapshot
 from .models import (
+    ClassField,
     ClassInfo,
     FunctionInfo,
     IndexStats,
@@ -278,6 +279,7 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
     call_sets: dict[str, tuple[str, ...]] = {}
     one: dict[tuple[Any, ...], Param] = {}
     make_function = FunctionInfo._make
+    make_field = ClassField._make
     for path, sha, rec in records:
         if path not in names:
             continue
@@ -314,7 +316,8 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
             cls_names.append(q)
             classes[q] = ClassInfo(q, mod, path, r["name"], r["lineno"], r["def"], r["end"], r["col"],
                                    tuple(r["bases"]), r["keywords"], tuple(r["decorators"]),
-                                   tuple(r["methods"]), r["attrs"])
+                                   tuple(r["methods"]), r["attrs"],
+                                   {k: make_field(v) for k, v in r["fields"].items()})
         modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
                                   rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
                                   variables=rec["variables"], calls=tuple(rec["calls"]),

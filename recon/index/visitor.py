@@ -26,7 +26,8 @@ from typing import Any
 from .normalize import serializers
 
 #: Bump when the record layout or the normalization changes: old cache entries are ignored.
-RECORD_VERSION = 5
+#: 6: classes carry ``fields`` (class-body assignments, for ``recon diff``).
+RECORD_VERSION = 6
 
 #: A function's row in the record: FunctionInfo's fields after (qualname, module, path),
 #: except that ``params`` is JSON text and ``calls`` one space-separated string: signatures
@@ -255,7 +256,7 @@ class FileVisitor:
             "bases": [seg(b) for b in node.bases],
             "keywords": {k.arg or "**": seg(k.value) for k in node.keywords},
             "decorators": [seg(d) for d in node.decorator_list],
-            "methods": [], "attrs": {},
+            "methods": [], "attrs": {}, "fields": _class_fields(node.body, seg),
         }
         self.classes.append(rec)
         # The class body runs at import time, in the enclosing scope's call set.
@@ -339,6 +340,49 @@ class FileVisitor:
         if len(self.frames) >= 2 and self.frames[-2].kind == "class":
             return self.frames[-2].record
         return None
+
+
+def _class_fields(body: list[ast.stmt], seg: Any) -> dict[str, list[Any]]:
+    """``{name: [annotation, value, lineno]}`` for the assignments directly in a class body.
+
+    ``x: T = v``, ``x: T`` and ``x = v`` (each name of ``a = b = v`` too);
+    tuple targets, attribute targets, augmented assignments and statements
+    nested in ``if``/``try`` blocks are left out. Annotation and value are
+    normalized source (:func:`ast.unparse`: quotes, spacing, comments and
+    line breaks do not matter); ``field(default=...)`` stays a call. A name
+    assigned twice keeps the last value, and the last annotation: what
+    Python's class namespace and ``__annotations__`` end up holding.
+    """
+    fields: dict[str, list[Any]] = {}
+    for stmt in body:
+        tp = stmt.__class__
+        if tp is ast.AnnAssign:
+            target = stmt.target  # type: ignore[attr-defined]
+            if target.__class__ is not ast.Name:
+                continue
+            value = stmt.value  # type: ignore[attr-defined]
+            prev = fields.get(target.id)
+            fields[target.id] = [
+                _unparse(stmt.annotation, seg),  # type: ignore[attr-defined]
+                _unparse(value, seg) if value is not None else (prev[1] if prev else None),
+                stmt.lineno]
+        elif tp is ast.Assign:
+            names = [t.id for t in stmt.targets if t.__class__ is ast.Name]  # type: ignore[attr-defined]
+            if not names:
+                continue
+            value_text = _unparse(stmt.value, seg)  # type: ignore[attr-defined]
+            for name in names:
+                prev = fields.get(name)
+                fields[name] = [prev[0] if prev else None, value_text, stmt.lineno]
+    return fields
+
+
+def _unparse(node: ast.expr, seg: Any) -> str:
+    """Normalized source of an expression; the raw text if it is too deep to unparse."""
+    try:
+        return ast.unparse(node)
+    except RecursionError:
+        return str(seg(node))
 
 
 def _is_annotation(hint: str | None) -> bool:
