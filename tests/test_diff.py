@@ -185,3 +185,19 @@ def test_cli_json_markdown_html(pip_snapshot: Callable[..., Snapshot], tmp_path:
     assert "body" in out and "mamba_block_size = self.cache_config.mamba_block_size" in out
     code, out = _cli(capsys, "diff", a, b, "--section", "bogus")
     assert code == 2
+
+
+def test_terminal_table_keeps_brackets_of_annotations(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich reads ``[int]`` as markup; a signature change must print its brackets as written."""
+    for side, hint in (("a", "list[int]"), ("b", "list[str]")):
+        pkg = tmp_path / side / "vllm"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("__version__ = '1.0'\n")
+        (pkg / "sizes.py").write_text(f"def pad(sizes: {hint}) -> {hint}:\n    return sizes\n")
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out = _cli(capsys, "diff", f"dir:{tmp_path / 'a'}", f"dir:{tmp_path / 'b'}")
+    assert code == 0
+    assert "vllm.sizes:pad" in out
+    assert "list[int]" in out and "list[str]" in out

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 
 from ..errors import ReconError
 from .output import console, emit_json
@@ -108,10 +109,10 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
         if img["fields"] or img["env"] or img["labels"]:
             t = _table("image", "what", "key", "A", "B")
             for k, va, vb in img["fields"]:
-                t.add_row("config", k, va, vb)
+                t.add_row("config", escape(k), escape(str(va)), escape(str(vb)))
             for what in ("env", "labels"):
                 for k, change, va, vb in img[what]:
-                    t.add_row(f"{what} ({_kind(change)})", k, va, vb)
+                    t.add_row(f"{what} ({_kind(change)})", escape(k), escape(str(va)), escape(str(vb)))
             console.print(t)
         elif not img["note"]:
             console.print("[bold]image[/]: no differences")
@@ -120,7 +121,7 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
         if dr:
             t = _table("distributions", "package", "change", "A", "B")
             for k, change, va, vb in dr:
-                t.add_row(k, _kind(change), va, vb)
+                t.add_row(escape(k), _kind(change), escape(str(va)), escape(str(vb)))
             console.print(t)
         else:
             console.print("[bold]distributions[/]: no differences")
@@ -183,7 +184,7 @@ def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None
         t.add_column("where", overflow="fold")
         t.add_column("detail", overflow="fold")
         for c in fd.changes[:limit]:
-            t.add_row(_kind(c.kind), c.qualname, c.where(), c.detail())
+            t.add_row(_kind(c.kind), escape(c.qualname), escape(c.where()), escape(c.detail()))
         console.print(t)
         if len(fd.changes) > limit:
             console.print(f"[dim]... {len(fd.changes) - limit} more changes (--limit, --json)[/]")
@@ -192,7 +193,7 @@ def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None
         t.add_column("function", overflow="fold")
         t.add_column("where", overflow="fold")
         for c in fd.moved:
-            t.add_row(c.qualname, c.where() + (" (text differs)" if "text" in c.parts else ""))
+            t.add_row(escape(c.qualname), escape(c.where() + (" (text differs)" if "text" in c.parts else "")))
         console.print(t)
     console.print(f"[bold]functions[/]: {fd.summary()}", soft_wrap=True)
 
@@ -244,12 +245,12 @@ def _print_bisect(result: BisectResult) -> None:
         detail = row.change.detail() if row.change and row.status not in ("same", "moved") else ""
         sig = ""
         if fn is not None:
-            sig = "[dim]same[/]" if fn.signature == last_sig else fn.signature
+            sig = "[dim]same[/]" if fn.signature == last_sig else escape(fn.signature)
             last_sig = fn.signature
-        t.add_row(row.label, "yes" if fn else "no", fn.location if fn else (row.note or "-"),
+        t.add_row(escape(row.label), "yes" if fn else "no", escape(fn.location if fn else (row.note or "-")),
                   (fn.ast_hash or "?")[:10] if fn else "", sig,
-                  _kind(row.status) + mark + (f"\n[dim]{detail}[/]" if detail else "")
-                  + (f"\n[dim]{row.note}[/]" if row.note and fn else ""))
+                  _kind(row.status) + mark + (f"\n[dim]{escape(detail)}[/]" if detail else "")
+                  + (f"\n[dim]{escape(row.note)}[/]" if row.note and fn else ""))
     console.print(t)
     console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
     if result.diff:
