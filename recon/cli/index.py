@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 
 from ..errors import ReconError
 from .output import console, emit_json, err_console
@@ -47,7 +48,7 @@ def index_cmd(
     if idx.errors:
         table = Table("file", "error", title=f"{len(idx.errors)} files failed to parse")
         for path, msg in sorted(idx.errors.items()):
-            table.add_row(path, msg)
+            table.add_row(escape(path), escape(msg))
         console.print(table)
 
 
@@ -90,7 +91,7 @@ def find_cmd(
     table = Table("qualname", "where", "signature / bases", title=f"{len(infos)} matches in {idx.label}")
     for info in infos[:limit]:
         detail = info.signature if isinstance(info, FunctionInfo) else "(" + ", ".join(info.bases) + ")"
-        table.add_row(info.qualname, f"{info.path}:{info.def_lineno}", detail)
+        table.add_row(escape(info.qualname), escape(f"{info.path}:{info.def_lineno}"), escape(detail))
     console.print(table)
     if len(infos) > limit:
         console.print(f"... {len(infos) - limit} more (raise --limit)")
@@ -217,14 +218,14 @@ def _print_chain(idx: SnapshotIndex, r: ChainResult, show_unresolved: bool) -> N
         console.print(f"[yellow]no path from {r.source} found within the depth[/]")
     table = Table("#", "file", "chain functions", "distance", title="files on the chain")
     for i, f in enumerate(r.files, 1):
-        table.add_row(str(i), f.path, str(f.count), str(f.distance))
+        table.add_row(str(i), escape(f.path), str(f.count), str(f.distance))
     console.print(table)
     console.print(f"{len(r.unresolved)} unresolved calls, {r.external} calls leaving the package, "
                   f"{r.seconds:.2f}s" + (" (--unresolved lists them)" if r.unresolved and not show_unresolved else ""))
     if show_unresolved:
         t = Table("caller", "line", "call", "why", title="unresolved calls")
         for s in r.unresolved:
-            t.add_row(split_qualname(s.caller)[1], str(s.lineno), s.text, s.detail)
+            t.add_row(escape(split_qualname(s.caller)[1]), str(s.lineno), escape(s.text), escape(s.detail))
         console.print(t)
     if r.partial:
         err_console.print(f"[yellow]partial answer: {r.reason}[/]")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from ..errors import ReconError
 from .output import console, emit_json
@@ -67,8 +68,8 @@ def new(
         return
     table = Table("target", "kind", "signature", "copies patched", title=f"bundle {bundle.path}")
     for t in spec.targets:
-        table.add_row(t.qualname, t.kind or "(not checked)", t.signature or "",
-                      ", ".join(t.copies))
+        table.add_row(escape(t.qualname), t.kind or "(not checked)", escape(t.signature or ""),
+                      escape(", ".join(t.copies)))
     console.print(table)
     console.print(f"Mount it: -v {bundle.path}:/opt/recon-probe:ro -e PYTHONPATH=/opt/recon-probe "
                   f"(see {bundle.path / 'README.md'})")
@@ -101,7 +102,7 @@ def check(
             console.print(f"[red]log directory not writable[/]: {result.log_error}")
         table = Table("target", "status")
         for q, status_text in result.targets.items():
-            table.add_row(q, status_text)
+            table.add_row(escape(q), escape(status_text))
         console.print(table)
         if result.stderr.strip():
             console.print("[yellow]stderr:[/]\n" + result.stderr.strip(), markup=False)
@@ -132,8 +133,8 @@ def read(
                   title=f"{len(summary.processes)} processes")
     for p in summary.processes:
         patched = sum(s == "patched" for s in p.targets.values())
-        procs.add_row(str(p.pid), str(p.forked_from or p.ppid or ""), short_argv(p.argv),
-                      p.python or "?", short_env(p.env), f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
+        procs.add_row(str(p.pid), str(p.forked_from or p.ppid or ""), escape(short_argv(p.argv)),
+                      escape(p.python or "?"), escape(short_env(p.env)), f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
                       str(p.errors), "yes" if p.exited else "no")
     console.print(procs)
     for t in summary.targets:  # one block per target: qualnames are too long for a table column

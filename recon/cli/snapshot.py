@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from .output import console, emit_json, err_console, human_bytes
 
@@ -55,7 +56,7 @@ def _show(snap: Snapshot, as_json: bool) -> None:
     t.add_row("package", f"{pkg['name']} {pkg.get('version') or '?'} at {pkg.get('import_root')}")
     if pkg.get("other_copies"):
         t.add_row("other copies", "\n".join(pkg["other_copies"]))
-    t.add_row("source", m["source"]["ref"])
+    t.add_row("source", escape(m["source"]["ref"]))
     t.add_row("digest", str(m["source"].get("digest")))
     if m["source"].get("platform"):
         t.add_row("platform", m["source"]["platform"])
@@ -63,12 +64,12 @@ def _show(snap: Snapshot, as_json: bool) -> None:
     t.add_row("python", f"{py.get('version') or '?'} ({py.get('executable') or 'no interpreter found'})")
     img = m.get("image")
     if img:
-        t.add_row("entrypoint", str(img.get("entrypoint")))
-        t.add_row("cmd", str(img.get("cmd")))
-        t.add_row("workdir", img.get("working_dir") or "")
-        t.add_row("env", "\n".join(img.get("env") or []))
+        t.add_row("entrypoint", escape(str(img.get("entrypoint"))))
+        t.add_row("cmd", escape(str(img.get("cmd"))))
+        t.add_row("workdir", escape(img.get("working_dir") or ""))
+        t.add_row("env", escape("\n".join(img.get("env") or [])))
         if img.get("labels"):
-            t.add_row("labels", "\n".join(f"{k}={v}" for k, v in img["labels"].items()))
+            t.add_row("labels", escape("\n".join(f"{k}={v}" for k, v in img["labels"].items())))
     t.add_row("files", f"{m['stats']['files']} ({human_bytes(m['stats']['bytes'])}); "
               f"{m['selection']['skipped_files']} skipped (binaries or --include)")
     t.add_row("distributions", str(len(m.get("distributions") or [])))
