@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from ..errors import ReconError
 from .output import console, emit_json, err_console
@@ -18,7 +19,9 @@ SLICE_HELP = """Cut target functions out of a snapshot into one standalone Pytho
 
 QUALNAME is 'package.module:Class.method' (or dotted). The module holds each
 target byte-exact plus its dependency closure inside the package, every piece
-with its origin file:line and sha256. Without -o the module goes to stdout."""
+with its origin file:line and sha256. Without -o the module goes to stdout.
+When the closure outgrows --budget, what was left out is named on stderr
+(and under "cut" with --json)."""
 
 RUN_HELP = """Execute a function of a snapshot in a sandboxed child process.
 
@@ -27,6 +30,33 @@ Hugging Face-like object (passed to a parameter named config/hf_config);
 --arg/--self give other inputs as JSON (--arg-py/--self-py: Python
 expressions evaluated in the run, seeing ns=SimpleNamespace, config, stub(name),
 --real packages and --stub-file names)."""
+
+
+#: kept in step with recon.slicing.closure.DEFAULT_BUDGET (a test checks); not imported
+#: here so that every verb's start-up does not pay for the slicing package
+_BUDGET_HELP = ("Most pieces (statements, class members) the slice may keep "
+                "(default 4000); past it the rest is dropped and named on stderr.")
+
+
+def _budget_option() -> Any:
+    return typer.Option(None, "--budget", min=1, help=_BUDGET_HELP)
+
+
+def _warn_cut(cut: list[str], budget: int) -> None:
+    """One line on stderr when the budget cut the slice."""
+    from ..slicing.slicer import cut_warning
+
+    line = cut_warning(cut, budget)
+    if line:
+        import sys
+
+        print(f"recon: warning: {line}", file=sys.stderr, flush=True)
+
+
+def _budget(value: int | None) -> int:
+    from ..slicing.closure import DEFAULT_BUDGET
+
+    return DEFAULT_BUDGET if value is None else value
 
 
 def register(app: typer.Typer) -> None:
@@ -62,12 +92,14 @@ def slice_cmd(
     stub: list[str] = typer.Option([], "--stub", help="Name supplied at run time: do not walk "
                                                       "into it (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the slice's metadata as JSON."),
+    budget: int | None = _budget_option(),
 ) -> None:
     from ..slicing import build_slice
     from ..snapshotter import ensure_snapshot
 
     snap = ensure_snapshot(snapshot)
-    sl = build_slice(snap, qualnames, stubs=stub)
+    sl = build_slice(snap, qualnames, stubs=stub, budget=_budget(budget))
+    _warn_cut(sl.cut, sl.budget)
     if out is not None:
         sl.write(out)
     if as_json:
@@ -92,7 +124,7 @@ def _slice_tables(meta: dict[str, Any], out: Path) -> None:
     t.add_column("sha256")
     t.add_column("what", overflow="fold")
     for p in meta["pieces"]:
-        t.add_row(p["file"], f"{p['start']}-{p['end']}", p["sha256"][:12], p["what"])
+        t.add_row(escape(p["file"]), f"{p['start']}-{p['end']}", p["sha256"][:12], escape(p["what"]))
     console.print(t)
     if meta["outside"]:
         o = Table(title="names from outside the package (stubbed by recon run)")
@@ -100,7 +132,7 @@ def _slice_tables(meta: dict[str, Any], out: Path) -> None:
         o.add_column("kind")
         o.add_column("first use")
         for name, info in meta["outside"].items():
-            o.add_row(name, info["kind"], (info["sites"] or [""])[0])
+            o.add_row(escape(name), escape(info["kind"]), escape((info["sites"] or [""])[0]))
         console.print(o)
     if meta["unresolved"]:
         u = Table(title="unresolved names")
@@ -108,7 +140,7 @@ def _slice_tables(meta: dict[str, Any], out: Path) -> None:
         u.add_column("name")
         u.add_column("why")
         for item in meta["unresolved"]:
-            u.add_row(f"{item['file']}:{item['line']}", item["name"], item["why"])
+            u.add_row(escape(f"{item['file']}:{item['line']}"), escape(item["name"]), escape(item["why"]))
         console.print(u)
 
 
@@ -133,6 +165,7 @@ def run_cmd(
     memory: int = typer.Option(4096, "--memory", help="Memory limit in MiB."),
     check: bool = typer.Option(False, "--check", help="Exit non-zero (4) when the function raises."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    budget: int | None = _budget_option(),
 ) -> None:
     from ..slicing import Py, RunFailed, run_function
     from ..snapshotter import ensure_snapshot
@@ -145,12 +178,16 @@ def run_cmd(
         res = run_function(ensure_snapshot(snapshot), qualname, args=args, self_attrs=attrs,
                            config=config, stubs=dict(_pairs(stub, "--stub")),
                            stub_file=stub_file, forbid=forbid, real=real, absent=absent,
-                           env=dict(_pairs(env, "--env")), timeout=timeout, memory_mb=memory)
+                           env=dict(_pairs(env, "--env")), timeout=timeout, memory_mb=memory,
+                           budget=_budget(budget))
     except RunFailed as err:
+        _warn_cut(err.slice_cut, err.slice_budget)
         if as_json:
-            emit_json({"ok": False, "failed": str(err),
+            emit_json({"ok": False, "failed": str(err), "slice_cut": err.slice_cut,
+                       "slice_budget": err.slice_budget,
                        "results": [r.to_json() for r in err.results]})
         raise
+    _warn_cut(res.slice_cut, res.slice_budget)
     if as_json:
         emit_json(res.to_json())
     else:
@@ -174,11 +211,11 @@ def show_result(res: RunResult) -> None:
     head.add_column("key", style="bold cyan")
     head.add_column("value", overflow="fold")
     if res.ok:
-        head.add_row("returned", _short(res.value, 400))
-        head.add_row("type", res.value_type)
+        head.add_row("returned", escape(_short(res.value, 400)))
+        head.add_row("type", escape(res.value_type))
     else:
         assert res.error is not None
-        head.add_row("raised", f"[red]{res.error.line()}[/red]")
+        head.add_row("raised", f"[red]{escape(res.error.line())}[/red]")
     head.add_row("time", f"{res.seconds:.4f} s in the call, {res.wall_seconds:.2f} s in all")
     console.print(head)
     if res.mutations:
@@ -186,15 +223,15 @@ def show_result(res: RunResult) -> None:
         for col in ("attr", "change", "before", "after"):
             m.add_column(col, overflow="fold")
         for mut in res.mutations:
-            m.add_row(mut.attr, mut.change, _short(mut.before, 60), _short(mut.after, 60))
+            m.add_row(escape(mut.attr), mut.change, escape(_short(mut.before, 60)), escape(_short(mut.after, 60)))
         console.print(m)
     if res.stub_touches:
         s = Table(title="stubs touched")
         for col in ("name", "kind", "count", "how", "first at"):
             s.add_column(col, overflow="fold")
         for t in res.stub_touches:
-            s.add_row(t.name, t.kind, str(t.count),
-                      ", ".join(f"{k}×{v}" for k, v in t.ops.items()), t.first)
+            s.add_row(escape(t.name), t.kind, str(t.count),
+                      escape(", ".join(f"{k}×{v}" for k, v in t.ops.items())), escape(t.first))
         console.print(s)
     for a in res.assumptions:
         err_console.print(f"[yellow]assumed[/yellow] {a['what']} at {a['site']} (×{a['count']})")
@@ -205,5 +242,5 @@ def show_result(res: RunResult) -> None:
     for col in ("file:lines", "sha256", "piece"):
         p.add_column(col, overflow="fold")
     for piece in res.provenance:
-        p.add_row(f"{piece.file}:{piece.start}-{piece.end}", piece.sha256[:16], piece.what)
+        p.add_row(escape(f"{piece.file}:{piece.start}-{piece.end}"), piece.sha256[:16], escape(piece.what))
     console.print(p)

@@ -53,7 +53,30 @@ _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__doc__", "__spec__", "__p
                              "__annotations__", "__cached__"})
 _MODE_RANK = {"shell": 1, "whole": 2}
 _USE_MODE = {"value": "whole", "isinstance": "shell", "shell": "shell", "whole": "whole"}
+#: most pieces (top-level statements and class members) one slice keeps
 DEFAULT_BUDGET = 4000
+
+
+def suggest_budget(budget: int) -> int:
+    """A budget worth trying after ``budget`` was reached.
+
+    The walk stops expanding at the budget, so what the dropped pieces need
+    is unknown; real closures that outgrow the default are several times it
+    (``VllmConfig.__post_init__`` of vLLM 0.33.0: about 10,800 pieces), hence
+    four times, and never less than the default.
+    """
+    return max(DEFAULT_BUDGET, 4 * budget)
+
+
+def cut_hint(cut: int, budget: int) -> str:
+    """The clause failure messages append when the slice was cut at its budget."""
+    return (f"the slice was cut at the budget of {pieces(budget)} (at least {pieces(cut)} "
+            f"dropped); try --budget {suggest_budget(budget)}")
+
+
+def pieces(n: int) -> str:
+    """``1 piece``, ``3 pieces``."""
+    return f"{n} piece" + ("" if n == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -105,7 +128,11 @@ class ClosureResult:
     unresolved: list[dict[str, object]]
     stub_points: list[tuple[str, str, str]]
     parse_errors: dict[str, str]
+    #: pieces the walk reached but did not keep because the budget was spent
+    #: ("file:line what", distinct, in the order reached); what they need in turn
+    #: was never walked, so this is a lower bound of what the slice lacks
     cut: list[str]
+    budget: int = DEFAULT_BUDGET
 
     @property
     def unit_count(self) -> int:
@@ -160,7 +187,7 @@ class Walker:
         self.outside: dict[str, dict[str, object]] = {}
         self.unresolved: list[dict[str, object]] = []
         self.stub_points: list[tuple[str, str, str]] = []
-        self.cut: list[str] = []
+        self._cut: dict[str, None] = {}
         self.attrs: set[str] = set()
         self._parent: dict[tuple[str, int], tuple[str, int]] = {}
         self._fam_attrs: dict[tuple[str, int], set[str]] = {}
@@ -364,11 +391,20 @@ class Walker:
             km = self.kept[model.name] = KeptModule(model)
         return km
 
+    @property
+    def cut(self) -> list[str]:
+        """Pieces refused for the budget (distinct, in the order reached)."""
+        return list(self._cut)
+
     def _charge(self, what: str) -> bool:
+        """Count one new piece; False (and the piece recorded as cut) past the budget.
+
+        A refused piece is not kept, so it may be charged again when reached from
+        elsewhere: the record is a set, each piece listed once.
+        """
         self._count += 1
         if self._count > self.budget:
-            if len(self.cut) < 50:
-                self.cut.append(what)
+            self._cut.setdefault(what, None)
             return False
         return True
 
@@ -379,7 +415,8 @@ class Walker:
             return
         first = index not in km.units
         if first:
-            if not self._charge(f"{model.rel}:{unit.start}"):
+            label = ", ".join(sorted(unit.names)) or unit.kind
+            if not self._charge(f"{model.rel}:{unit.start} {label}"):
                 return
             km.units.add(index)
         if unit.kind == "class":
@@ -533,7 +570,8 @@ class Walker:
             return
         cm = model.classes[index]
         member = cm.members[member_index]
-        if not self._charge(f"{model.rel}:{member.start}"):
+        mlabel = ", ".join(sorted(member.names)) or member.kind
+        if not self._charge(f"{model.rel}:{member.start} {cm.node.name}.{mlabel}"):
             return
         kc.members.add(member_index)
         node = member.node
@@ -652,7 +690,8 @@ class Walker:
         return ClosureResult(package=self.package, targets=targets, modules=self.kept,
                              outside=dict(sorted(self.outside.items())),
                              unresolved=self.unresolved, stub_points=self.stub_points,
-                             parse_errors=dict(self.mods.parse_errors), cut=self.cut)
+                             parse_errors=dict(self.mods.parse_errors), cut=self.cut,
+                             budget=self.budget)
 
 
 def compute_closure(mods: ModuleSet, qualnames: list[str], *,

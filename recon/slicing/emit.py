@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..snapshot import Snapshot
-from .closure import ClosureResult, KeptModule
+from .closure import ClosureResult, KeptModule, pieces, suggest_budget
 from .units import ModuleModel
 
 RUNTIME_MARKER = "# --- runtime ---"
@@ -148,6 +148,7 @@ def render(closure: ClosureResult, snapshot: Snapshot) -> tuple[str, dict[str, A
         "stub_points": [list(p) for p in closure.stub_points],
         "edited_files": edited,
         "parse_errors": closure.parse_errors,
+        "budget": closure.budget,
         "cut": closure.cut,
         "pieces": [p.to_json() for p in all_pieces],
     }
@@ -179,7 +180,13 @@ def _header(meta: dict[str, Any]) -> str:
         lines.append("# Stubbed by request (not walked): "
                      + ", ".join(f"{m}.{n}" for m, n, _ in meta["stub_points"]))
     if meta["cut"]:
-        lines.append(f"# Closure budget reached; not kept: {', '.join(meta['cut'][:10])} ...")
+        cut = meta["cut"]
+        lines.append(f"# CUT: the closure budget ({pieces(meta['budget'])}) was reached; at least "
+                     f"{pieces(len(cut))} the kept code needs are NOT in this slice (rebuild with "
+                     f"--budget {suggest_budget(meta['budget'])}):")
+        lines += [f"#   {what}" for what in cut[:20]]
+        if len(cut) > 20:
+            lines.append(f"#   ... and {len(cut) - 20} more")
     lines += ["", '"""A recon slice: import it and call install(), or run it with python."""', "",
               "from __future__ import annotations", "", "MODULES: dict = {}", "", "",
               "def _module(name, file, *, package):",

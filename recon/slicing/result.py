@@ -10,6 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import ReconError
+from .closure import DEFAULT_BUDGET, cut_hint
+
+#: exception types a slice cut at its budget typically produces (a global the
+#: slice lacks, an import of a dropped name, a member of a shell left out)
+CUT_SYMPTOMS = frozenset({"NameError", "ImportError", "ModuleNotFoundError", "AttributeError"})
 
 
 @dataclass
@@ -83,6 +88,9 @@ class RunResult:
     definition_failures: list[dict[str, Any]] = field(default_factory=list)
     snapshot: dict[str, Any] = field(default_factory=dict)
     slice_sha256: str = ""
+    #: pieces the slice's budget left out (empty: the closure is complete); see Slice.cut
+    slice_cut: list[str] = field(default_factory=list)
+    slice_budget: int = DEFAULT_BUDGET
     #: how the child was confined: user ("nobody" or "caller"), timeout, memory_mb
     sandbox: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
@@ -99,10 +107,31 @@ class RunResult:
         """How many times the stub ``name`` was used (0 when never)."""
         return sum(t.count for t in self.stub_touches if t.name == name)
 
+    def cut_hint(self) -> str:
+        """``the slice was cut at the budget ...; try --budget M`` ("" when nothing was cut)."""
+        return cut_hint(len(self.slice_cut), self.slice_budget) if self.slice_cut else ""
+
+    def error_from_cut(self) -> bool:
+        """Whether the error may well come from the budget cut rather than the engine.
+
+        True when the slice was cut and the call failed the way missing code
+        fails: NameError/ImportError/AttributeError, a piece that could not be
+        defined or loaded, or a stub standing for an in-package name asked for a value.
+        """
+        err = self.error
+        if err is None or not self.slice_cut:
+            return False
+        if err.kind in ("undefined", "load"):
+            return True
+        if err.kind == "stub_value":
+            return any(t.kind == "package" for t in self.stub_touches)
+        return err.kind == "exception" and err.type in CUT_SYMPTOMS
+
     def raise_for_error(self) -> RunResult:
         """Raise :class:`RunFailed` when the engine code raised; return self otherwise."""
         if self.error is not None:
-            raise RunFailed(f"{self.target} raised {self.error.line()}", results=[self])
+            hint = f"; {self.cut_hint()}" if self.error_from_cut() else ""
+            raise RunFailed(f"{self.target} raised {self.error.line()}{hint}", results=[self])
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -120,3 +149,7 @@ class RunFailed(ReconError):
         super().__init__(message)
         self.results = results or []
         self.detail = detail
+        #: what the slice's budget left out (set by run_calls once the slice is built)
+        self.slice_cut: list[str] = list(self.results[0].slice_cut) if self.results else []
+        self.slice_budget: int = self.results[0].slice_budget if self.results \
+            else DEFAULT_BUDGET

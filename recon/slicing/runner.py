@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ReconError
 from ..snapshot import Snapshot
 from ..writer import write_text
+from .closure import DEFAULT_BUDGET
 from .result import Mutation, PieceRun, RunError, RunFailed, RunResult, StubTouch
 from .sandbox import Limits, base_env, launch, python_argv
 from .slicer import Slice, build_slice
@@ -196,11 +197,16 @@ def _raise_for_sandbox(report: dict[str, Any], results: list[RunResult], limits:
             raise RunFailed(f"the run wrote more than its file size limit ({limits.file_mb} MiB)"
                             + (f" at {err.site}" if err.site else ""), results=results)
         if err.kind == "load":
-            raise RunFailed(f"cannot load {res.target} from the slice: {err.line()}",
+            hint = f"; {res.cut_hint()}" if res.slice_cut else ""
+            raise RunFailed(f"cannot load {res.target} from the slice: {err.line()}{hint}",
                             results=results, detail=err.traceback)
         if err.kind == "exit":
             raise RunFailed(f"{res.target} tried to exit the process ({err.line()})",
                             results=results)
+    for res in results:
+        # missing code, not the engine's answer: the budget left out what the call needed
+        if res.error_from_cut():
+            res.raise_for_error()
 
 
 def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
@@ -215,7 +221,8 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
               memory_mb: int = 4096,
               drop_privileges: bool = True,
               check: bool = False,
-              keep_scratch: bool = False) -> list[RunResult]:
+              keep_scratch: bool = False,
+              budget: int = DEFAULT_BUDGET) -> list[RunResult]:
     """Run several calls of one snapshot in one child process (one slice, one start-up).
 
     ``stubs``: name -> Python expression (evaluated in the child) replacing an
@@ -225,6 +232,10 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     the run. ``real``: importable packages used for real (``["torch"]``).
     ``absent``: outside modules whose import fails (the engine's "not installed" branch).
     Stub touches are counted over the whole run.
+    ``budget``: the slice's piece budget (:func:`build_slice`). When the slice
+    was cut, every result carries ``slice_cut``, and an error that missing code
+    explains (NameError, ImportError, AttributeError, a piece not defined)
+    raises :class:`RunFailed` naming the budget instead of passing as an answer.
     """
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
     calls = list(calls)
@@ -236,7 +247,24 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     file_stubs, file_forbid = stub_file_names(sfile) if sfile else (set(), set())
     stop_at = frozenset(stub_exprs) | frozenset(forbid) | file_stubs | file_forbid
     targets = list(dict.fromkeys(c.target for c in calls))
-    sl = build_slice(snap, targets, stubs=stop_at)
+    sl = build_slice(snap, targets, stubs=stop_at, budget=budget)
+    try:
+        return _run_slice(snap, sl, calls, targets, config=config, stub_exprs=stub_exprs,
+                          sfile=sfile, forbid=forbid, real=real, absent=absent, env=env,
+                          timeout=timeout, memory_mb=memory_mb,
+                          drop_privileges=drop_privileges, check=check,
+                          keep_scratch=keep_scratch)
+    except RunFailed as err:
+        err.slice_cut, err.slice_budget = sl.cut, sl.budget
+        raise
+
+
+def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str], *,
+               config: str | Path | Mapping[str, Any] | None, stub_exprs: dict[str, str],
+               sfile: Path | None, forbid: list[str], real: Iterable[str],
+               absent: Iterable[str], env: Mapping[str, str] | None, timeout: float,
+               memory_mb: int, drop_privileges: bool, check: bool,
+               keep_scratch: bool) -> list[RunResult]:
     canonical = {q: t["qualname"] for q, t in zip(targets, sl.targets, strict=True)}
     cfg = load_config(config)
     request_calls = []
@@ -318,7 +346,8 @@ def _result(sl: Slice, snap: Snapshot, call: dict[str, Any], outcome: Any) -> Ru
         provenance=_provenance(sl, call.get("ran", [])),
         snapshot={"name": snap.name, "package": snap.package, "version": snap.version,
                   "path": str(snap.root)},
-        slice_sha256=sl.sha256, seconds=float(call.get("seconds", 0.0)),
+        slice_sha256=sl.sha256, slice_cut=sl.cut, slice_budget=sl.budget,
+        seconds=float(call.get("seconds", 0.0)),
         wall_seconds=round(outcome.wall_seconds, 3), stdout=outcome.stdout,
         stderr=outcome.stderr)
 
@@ -336,7 +365,8 @@ def run_function(snapshot: Snapshot | str | Path, qualname: str, *,
                  env: Mapping[str, str] | None = None,
                  timeout: float = 60.0,
                  memory_mb: int = 4096,
-                 check: bool = False) -> RunResult:
+                 check: bool = False,
+                 budget: int = DEFAULT_BUDGET) -> RunResult:
     """Call ``qualname`` from ``snapshot`` once, in a sandboxed child; see :func:`run_calls`.
 
     ``args`` / ``self_attrs`` values are JSON data or :class:`Py` expressions.
@@ -346,4 +376,4 @@ def run_function(snapshot: Snapshot | str | Path, qualname: str, *,
     call = Call(qualname, dict(args or {}), dict(self_attrs or {}), list(positional or []))
     return run_calls(snapshot, [call], config=config, stubs=stubs, stub_file=stub_file,
                      forbid=forbid, real=real, absent=absent, env=env, timeout=timeout,
-                     memory_mb=memory_mb, check=check)[0]
+                     memory_mb=memory_mb, check=check, budget=budget)[0]

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ReconError
 from ..snapshot import Snapshot
 from ..writer import write_text
-from .closure import DEFAULT_BUDGET, compute_closure
+from .closure import DEFAULT_BUDGET, compute_closure, cut_hint, pieces, suggest_budget
 from .emit import render
 from .modules import ModuleSet
 
@@ -48,6 +49,28 @@ class Slice:
     def unresolved(self) -> list[dict[str, Any]]:
         return list(self.meta["unresolved"])
 
+    @property
+    def budget(self) -> int:
+        """The piece budget the slice was built with."""
+        return int(self.meta["budget"])
+
+    @property
+    def cut(self) -> list[str]:
+        """Pieces the kept code needs that the budget left out (``"file:line what"``).
+
+        Empty when the closure is complete. What the dropped pieces need in turn
+        was not walked, so a non-empty list is a lower bound.
+        """
+        return list(self.meta["cut"])
+
+    def cut_hint(self) -> str:
+        """``the slice was cut at the budget ...; try --budget M`` ("" when nothing was cut)."""
+        return cut_hint(len(self.meta["cut"]), self.budget) if self.meta["cut"] else ""
+
+    def cut_warning(self) -> str:
+        """One line for stderr naming what was cut and how to raise the budget ("" when none)."""
+        return cut_warning(self.cut, self.budget)
+
     def write(self, path: str | Path) -> Path:
         """Write the slice module (through recon's single writer)."""
         path = Path(path)
@@ -59,6 +82,16 @@ class Slice:
         out["sha256"] = self.sha256
         out["lines"] = self.text.count("\n")
         return out
+
+
+def cut_warning(cut: list[str], budget: int, shown: int = 3) -> str:
+    """One line: how many pieces the budget cut, the first few, and the flag to raise it."""
+    if not cut:
+        return ""
+    first = "; ".join(cut[:shown]) + ("; ..." if len(cut) > shown else "")
+    return (f"slice cut at its budget of {pieces(budget)}: at least {pieces(len(cut))} the code "
+            f"needs dropped ({first}); a run may fail with NameError/ImportError or silently "
+            f"lack them; raise the budget with --budget {suggest_budget(budget)}")
 
 
 _CACHE: dict[tuple[Any, ...], tuple[Slice, list[tuple[str, int, int]]]] = {}
@@ -95,7 +128,12 @@ def build_slice(snapshot: Snapshot | str | Path, qualnames: list[str] | str, *,
 
     ``stubs``: names the caller will supply at run time (``--stub``/``--forbid``);
     the walk stops at them instead of pulling in their closure.
+    ``budget``: most pieces (statements, class members) to keep; past it the
+    walk keeps nothing more and lists what it dropped in :attr:`Slice.cut`
+    (and in a comment at the top of the slice).
     """
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ReconError(f"slice budget must be a positive number of pieces, not {budget!r}")
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
     names = [qualnames] if isinstance(qualnames, str) else list(qualnames)
     stub_set = frozenset(stubs)
