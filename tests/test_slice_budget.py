@@ -212,3 +212,14 @@ def test_budget_option_documents_the_default(capsys: pytest.CaptureFixture[str])
         assert code == 0
         text = re.sub(r"[\s│]+", " ", stdout)
         assert f"(default {DEFAULT_BUDGET})" in text, verb
+
+
+@pytest.mark.parametrize("target", [ADJUST, LAYER])
+def test_targets_are_kept_whatever_the_budget(vllm_latest: Snapshot, target: str) -> None:
+    """A target was asked for by name: even at a budget of one piece its definition is in the
+    slice (only what it needs is cut), so the failure is about a missing dependency."""
+    name = target.rpartition(".")[2].rpartition(":")[2]
+    sl = build_slice(vllm_latest, target, budget=1)
+    assert sl.cut, "a budget of one piece must cut something"
+    assert re.search(rf"^\s*def {re.escape(name)}\(", sl.text, re.M), sl.text[:2000]
+    assert not any(c.endswith(f" {name}") for c in sl.cut)

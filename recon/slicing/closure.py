@@ -196,10 +196,24 @@ class Walker:
         self._queue: deque[tuple[ModuleModel, Needs, ClassModel | None, tuple[str, int] | None]] = deque()
         self._members_by_name: dict[str, list[tuple[str, int]]] = {}
         self._count = 0
+        self._exempt = False  # while keeping a target itself: asked for by name, never cut
         self._walked_units: set[tuple[str, int]] = set()
 
     # -- targets ----------------------------------------------------------------
     def add_target(self, qualname: str) -> TargetInfo:
+        """Keep the target (outside the budget: it was asked for by name) and walk its closure."""
+        self._exempt = True
+        try:
+            return self._add_target(qualname)
+        finally:
+            self._exempt = False
+
+    def _drain_charged(self) -> None:
+        """Walk what is queued, every piece charged to the budget."""
+        self._exempt = False
+        self._drain()
+
+    def _add_target(self, qualname: str) -> TargetInfo:
         module, path = parse_qualname(qualname, self.mods)
         model = self.mods.require(module)
         canonical = f"{module}:{'.'.join(path)}"
@@ -212,7 +226,7 @@ class Walker:
             kind = "class" if res.kind == "class" else "function"
             if res.kind == "class":
                 self.use_class(res.module, res.index, "whole")
-            self._drain()
+            self._drain_charged()
             return TargetInfo(canonical, module, path, kind, tmod.rel, unit.start,
                               f"{res.module}:{path[0]}")
         if res.kind != "class":
@@ -228,7 +242,7 @@ class Walker:
                 self.keep_member(cls_mod, cls_idx, i)
         found = self._find_method(cls_mod, cls_idx, path[-1], set()) if len(path) == 2 else None
         if len(path) > 2:
-            self._drain()
+            self._drain_charged()
             return TargetInfo(canonical, module, path, "method", tmod.rel, unit.start,
                               f"{res.module}:{'.'.join(path[:-1])}")
         if found is None:
@@ -239,7 +253,7 @@ class Walker:
             self.keep_member(def_mod, def_cls, i)
         dmodel = self.mods.require(def_mod)
         member = dmodel.classes[def_cls].members[member_idx]
-        self._drain()
+        self._drain_charged()
         return TargetInfo(canonical, module, path, "method", dmodel.rel, member.start,
                           f"{def_mod}:{dmodel.classes[def_cls].node.name}")
 
@@ -403,7 +417,7 @@ class Walker:
         elsewhere: the record is a set, each piece listed once.
         """
         self._count += 1
-        if self._count > self.budget:
+        if self._count > self.budget and not self._exempt:
             self._cut.setdefault(what, None)
             return False
         return True
