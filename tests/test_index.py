@@ -289,3 +289,28 @@ def test_records_pickle_and_json(vllm_latest: Snapshot) -> None:
     assert data["qualname"] == ALIGN and data["params"][0]["name"] == "cls"
     mod = json.loads(json.dumps(as_json(idx.modules["vllm.platforms.cpu"])))
     assert mod["bindings"]["Platform"] == "vllm.platforms.interface.Platform"
+
+
+def test_older_cache_versions_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new record format starts a new cache folder; the older one for the same Python goes,
+    a newer one (another recon side by side) and other Pythons' stay."""
+    import sys
+
+    from recon.index.visitor import RECORD_VERSION
+
+    monkeypatch.setenv("RECON_CACHE", str(tmp_path / "cache"))
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    base = tmp_path / "cache" / "index"
+    old, newer, other = (base / f"r{RECORD_VERSION - 1}-py{py}", base / f"r{RECORD_VERSION + 1}-py{py}",
+                         base / f"r{RECORD_VERSION - 1}-py2.7")
+    for d in (old, newer, other):
+        (d / "packs").mkdir(parents=True)
+        (d / "catalog.json").write_text("{}")
+    pkg = tmp_path / "src" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0.0.1'\n\ndef f():\n    return 1\n")
+    snap = take_snapshot(f"dir:{tmp_path / 'src'}", out=tmp_path / "snaps")
+    assert load_index(snap).lookup_any("vllm:f").name == "f"
+    assert not old.exists()
+    assert newer.exists() and other.exists()
+    assert (base / f"r{RECORD_VERSION}-py{py}" / "catalog.json").is_file()

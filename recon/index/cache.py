@@ -95,10 +95,35 @@ class IndexCache:
         if self.root is None or not entries:
             return
         current = _read_catalog(self.root)
+        if not current:
+            prune_older_versions(self.root)  # a new record format: the old packs are dead weight
         current.update(entries)
         with contextlib.suppress(OSError):
             write_text(self.root / CATALOG, json.dumps(current, separators=(",", ":")))
         self._catalog = current
+
+
+def prune_older_versions(root: Path) -> list[Path]:
+    """Remove sibling caches of older record versions for the same Python; return them.
+
+    Records of an older version are never read again (the key includes the
+    version), and a vLLM release's records take about 50 MB. Newer versions
+    (another recon installed side by side) and other Pythons are left alone.
+    """
+    import re
+    import shutil
+
+    m = re.fullmatch(r"r(\d+)-py(\d+\.\d+)", root.name)
+    if m is None or not root.parent.is_dir():
+        return []
+    mine, py = int(m.group(1)), m.group(2)
+    gone = []
+    for sib in root.parent.iterdir():
+        sm = re.fullmatch(r"r(\d+)-py(\d+\.\d+)", sib.name)
+        if sm and sm.group(2) == py and int(sm.group(1)) < mine and sib.is_dir():
+            shutil.rmtree(sib, ignore_errors=True)
+            gone.append(sib)
+    return gone
 
 
 def _read_catalog(root: Path) -> dict[str, str]:
