@@ -148,6 +148,25 @@ def test_truncated_gzip_layer(tmp_path: Path) -> None:
     assert "layer 1" in str(err)
 
 
+def test_failing_upper_layer_stops_lower_layers_scanned_side_by_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two compressed layers scanned at once: the base layer waits for the top one before it
+    writes; when the top one turns out truncated, the wait ends and the top's error is raised."""
+    import time
+
+    monkeypatch.setenv("RECON_LAYER_WORKERS", "2")
+    full = tmp_path / "full.tar"
+    t = LayerBuilder(full)
+    for i in range(50):
+        t.file(f"{V}/mod{i}.py", os.urandom(20_000))
+    t.close()
+    raw = gzip.compress(full.read_bytes())
+    start = time.monotonic()
+    err, *_ = _run(tmp_path, lambda t: None, raw=raw[: len(raw) // 2], compress=True)
+    assert "truncated or corrupt" in str(err) and "layer 1" in str(err)
+    assert time.monotonic() - start < 30
+
+
 def test_layer_that_is_not_a_tar(tmp_path: Path) -> None:
     err, *_ = _run(tmp_path, lambda t: None, raw=b"this is not a tar archive at all" * 40)
     assert "layer 1" in str(err)
