@@ -11,8 +11,9 @@ of them writing the same blob.
 What lives here: registry layer blobs, configs and manifests fetched by
 digest, tables of contents of lazy layers (keyed by their pinned digest), and
 single files read lazily out of eStargz / zstd:chunked layers (keyed by the
-file's own sha256 from the table of contents). This module is the only place
-that writes into the cache; ``recon.writer`` stays the only place that writes
+file's own sha256 from the table of contents), and files kept as a reader
+streams them through (:class:`Tee`). This module is the only place that
+writes into the cache; ``recon.writer`` stays the only place that writes
 snapshot trees.
 """
 
@@ -21,13 +22,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .errors import ReconError
 from .paths import cache_dir
@@ -278,3 +280,67 @@ class BlobCache:
                                          f"({type(err).__name__}: {err}); run again to resume",
                                          where=where) from err
         return have
+
+
+class Tee(io.RawIOBase):
+    """Pass a stream's bytes through and keep a copy in the cache, verified.
+
+    The copy is adopted only when all ``size`` bytes went through: under
+    ``expect`` if given (anything else is a :class:`DigestMismatch`, raised
+    instead of handing over the last bytes, and nothing is kept), else under
+    the sha256 of what went through. ``on_kept(digest)`` is then called.
+    Closing before the end keeps nothing and closes ``src`` (which, for a
+    network stream, ends the transfer rather than reading the rest).
+    """
+
+    def __init__(self, src: IO[bytes], size: int, cache: BlobCache, *, expect: str | None = None,
+                 where: str | None = None, on_kept: Callable[[str], None] | None = None) -> None:
+        self.src, self.size, self.left, self.cache = src, size, size, cache
+        self.expect = check_digest(expect, where=where) if expect is not None else None
+        self.where, self.on_kept = where, on_kept
+        self.hash = hasher(expect) if expect is not None else hashlib.sha256()
+        fd, self.tmp = cache.new_temp()
+        self.out: IO[bytes] | None = os.fdopen(fd, "wb")
+        self.failed: DigestMismatch | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        if self.failed is not None:  # read on after a mismatch: the same error, never the rest
+            raise self.failed
+        data = self.src.read(len(buf))
+        n = len(data)
+        if self.out is not None and n:
+            self.out.write(data)
+            self.hash.update(data)
+            self.left -= n
+            if self.left <= 0:
+                self._keep()
+        memoryview(buf)[:n] = data
+        return n
+
+    def _keep(self) -> None:
+        assert self.out is not None
+        self.out.close()
+        self.out = None
+        got = f"{self.hash.name}:{self.hash.hexdigest()}"
+        if self.left < 0 or (self.expect is not None and got != self.expect):
+            self.tmp.unlink(missing_ok=True)
+            if self.expect is None:
+                return  # more than announced: keep nothing
+            self.failed = DigestMismatch(f"content does not match its digest {self.expect} "
+                                         f"(got {got}, {self.size - self.left} bytes)", where=self.where)
+            raise self.failed
+        self.cache.adopt(self.tmp, got)
+        if self.on_kept is not None:
+            self.on_kept(got)
+
+    def close(self) -> None:
+        if self.out is not None:  # not read to the end: keep nothing
+            self.out.close()
+            self.out = None
+            self.tmp.unlink(missing_ok=True)
+        with contextlib.suppress(Exception):
+            self.src.close()
+        super().close()

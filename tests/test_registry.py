@@ -28,8 +28,10 @@ import pytest
 
 from recon.blobcache import BlobCache
 from recon.errors import ReconError
+from recon.layers import ELF_MAGIC
 from recon.snapshotter import take_snapshot
 from recon.sources import open_source
+from recon.sources.lazy import BIG_FILE
 from recon.sources.pip import fetch_wheel
 from recon.sources.registry import parse_reference, reset_transfers
 from tests.imagekit import (
@@ -269,6 +271,118 @@ def test_lazy_formats_read_a_fraction_and_the_warm_cache_nothing(
     third = take_snapshot(pinned, out=tmp_path / "pinned")
     assert reset_transfers().requests == 0
     assert _files(third) == _files(snap)
+
+
+def test_tee_keeps_only_whole_verified_copies(tmp_path: Path) -> None:
+    import io
+
+    from recon.blobcache import DigestMismatch, Tee
+
+    cache = BlobCache(tmp_path / "c")
+    data = os.urandom(300_000)
+    want = "sha512:" + hashlib.sha512(data).hexdigest()
+    kept: list[str] = []
+    with io.BufferedReader(Tee(io.BytesIO(data), len(data), cache, expect=want, on_kept=kept.append)) as fh:
+        assert fh.read() == data
+    assert kept == [want] and cache.read(want) == data
+    src, early = io.BytesIO(data), BlobCache(tmp_path / "early")
+    with Tee(src, len(data), early, expect=want) as tee:
+        assert tee.read(4) == data[:4]
+    assert src.closed and not early.has(want) and not list(early.partial.iterdir())
+    liar = "sha256:" + hashlib.sha256(data[:-1] + b"x").hexdigest()
+    tee = Tee(io.BytesIO(data), len(data), cache, expect=liar, where="f")
+    assert tee.read(len(data) - 10) == data[:-10]
+    with pytest.raises(DigestMismatch, match="f: content does not match its digest"):
+        tee.read(100)
+    with pytest.raises(DigestMismatch):
+        tee.read(100)  # reading on never hands over the rest
+    tee.close()
+    assert not cache.has(liar) and not list(cache.partial.glob("tee-*"))
+
+
+@pytest.mark.parametrize("fmt", ["estargz", "zstd:chunked"])
+def test_a_big_executable_is_peeked_at_not_fetched(fmt: str, registry: Registry, tmp_path: Path) -> None:
+    """A big ELF file without a telling name (vLLM's ``vllm-rs``): the squash reads its first
+    four bytes and skips it, and only those bytes' neighbourhood travels, not the file; with
+    ``--all-files`` it streams through whole, is kept in the cache, and a warm run fetches nothing."""
+    d = tmp_path
+    elf = ELF_MAGIC + random.Random(1).randbytes(8 * BIG_FILE)  # compresses to about its own size
+    elf_digest = "sha256:" + hashlib.sha256(elf).hexdigest()
+    mods = {f"{V}/mod_{i}.py": b"X_%d = %r\n" % (i, b"v" * 200) for i in range(40)}
+    lb = LayerBuilder(d / "l.tar").file(f"{V}/__init__.py", b"__version__ = '3.0.0'\n")
+    for name, data in list(mods.items())[:20]:
+        lb.file(name, data)
+    lb.file(f"{V}/vllm-rs", elf, mode=0o755)
+    for name, data in list(mods.items())[20:]:
+        lb.file(name, data)
+    tar = lb.close()
+    if fmt == "estargz":
+        es = estargz_layer(tar, d / "l.esgz", level=1)
+        layer = (es.descriptor(), es.path, es.diff_id)
+    else:
+        zc = zstd_chunked_layer(tar, d / "l.zc", level=1)
+        layer = (zc.descriptor(), zc.path, zc.diff_id)
+    assert layer[0]["size"] > 8 * BIG_FILE
+    layout = d / "oci"
+    write_oci_layout(layout, [image_manifest(layout, [layer])])
+    tag = fmt.replace(":", "-")
+    skopeo_copy(f"oci:{layout}:latest", f"docker://{registry.host}/recon/elf-{tag}:1", "--preserve-digests")
+    ref = f"registry:{registry.host}/recon/elf-{tag}:1"
+
+    reset_transfers()
+    served = registry.bytes_served()
+    snap = take_snapshot(ref, out=d / "default")
+    cold = reset_transfers()
+    assert "vllm/vllm-rs" not in snap.files and "vllm/vllm-rs" in snap.manifest["skipped"]
+    assert snap.version == "3.0.0"
+    for name, data in mods.items():
+        assert (snap.src / "vllm" / name.rpartition("/")[2]).read_bytes() == data
+    assert cold.bytes < 1 << 20, cold  # the TOC, the .py files, a peek at vllm-rs: not 64 MB
+    # the registry's own count: it sent no more than the first range of vllm-rs either (one
+    # request for all of it would have filled the socket buffers, megabytes, before the close)
+    assert registry.bytes_served() - served < 1 << 20
+    cache = BlobCache()
+    assert not cache.has(elf_digest)  # a file not read to the end is not kept ...
+    assert not list(cache.partial.glob("tee-*"))  # ... nor left half-written
+
+    reset_transfers()
+    full = take_snapshot(ref, out=d / "all", all_files=True)
+    first = reset_transfers()
+    assert (full.src / "vllm/vllm-rs").read_bytes() == elf
+    assert full.files["vllm/vllm-rs"].sha256 == elf_digest.split(":")[1]
+    assert first.bytes > len(elf)
+    assert cache.path(elf_digest).read_bytes() == elf  # kept, under the digest the TOC gives
+    again = take_snapshot(ref, out=d / "warm", all_files=True)
+    warm = reset_transfers()
+    assert warm.requests == 1 and warm.bytes < 4096, warm  # the tag's manifest, nothing else
+    assert (again.src / "vllm/vllm-rs").read_bytes() == elf
+    assert _files(again) == _files(full)
+
+
+def test_a_big_file_that_lies_fails_when_read_whole(registry: Registry, tmp_path: Path) -> None:
+    """A streamed file whose bytes do not match the TOC fails the snapshot with the usual error,
+    and nothing of it is kept; skipped after a peek at its first bytes, it is never used."""
+    d = tmp_path
+    elf = ELF_MAGIC + random.Random(2).randbytes(2 * BIG_FILE)
+    tar = (LayerBuilder(d / "l.tar").file(f"{V}/__init__.py", b"__version__ = '3.0.1'\n")
+           .file(f"{V}/vllm-rs", elf, mode=0o755).close())
+    liar = estargz_layer(tar, d / "liar.esgz", level=1, tamper=lambda name, data: (
+        data[:-1] + bytes([data[-1] ^ 1]) if name.endswith("vllm-rs") else data))
+    layout = d / "oci"
+    write_oci_layout(layout, [image_manifest(layout, [(liar.descriptor(), liar.path, liar.diff_id)])])
+    skopeo_copy(f"oci:{layout}:latest", f"docker://{registry.host}/recon/elf-liar:1", "--preserve-digests")
+    ref = f"registry:{registry.host}/recon/elf-liar:1"
+    snap = take_snapshot(ref, out=d / "default")
+    assert "vllm/vllm-rs" in snap.manifest["skipped"] and snap.version == "3.0.1"
+    out = d / "all"
+    with pytest.raises(ReconError, match="vllm-rs: content does not match its digest") as err:
+        take_snapshot(ref, out=out, all_files=True)
+    assert "\n" not in str(err.value)
+    assert not out.exists() or not list(out.iterdir())
+    cache = BlobCache()
+    assert not cache.has("sha256:" + hashlib.sha256(elf).hexdigest())
+    assert not [p for p in (cache.root / "sha256").iterdir() if p.stat().st_size == len(elf)]
+    assert not list(cache.partial.glob("tee-*"))
 
 
 def test_plain_layers_are_cached_verified_and_shared(pushed: dict[str, Any], registry: Registry,

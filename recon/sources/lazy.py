@@ -16,6 +16,12 @@ checked. The TOC is used only when the image manifest (itself digest
 checked) pins it (``toc.digest`` / ``manifest-checksum``) and every
 non-empty file in it has a sha256; each file's bytes are checked against
 that digest before anyone reads them. Otherwise the layer is read whole.
+The one exception is a file over ``BIG_FILE``: it is streamed as it is read
+(so that looking at the first bytes of a big executable the squash then
+skips does not fetch all of it) and checked when its last bytes go through;
+a mismatch fails the read before those bytes are handed over. So only the
+choice to skip such a file (listed in the manifest, never written) can rest
+on bytes not yet checked.
 
 The squash invariant: :class:`recon.layers.Squasher` decides visibility
 (whiteouts, opaque folders, a file replacing a folder) from the *names and
@@ -26,13 +32,15 @@ TOC member is left out. So :meth:`LazyLayer.entries` yields exactly the
 entries a full read would, and file contents are fetched only when the
 squash calls ``open()``.
 
-Fetched file contents go to the shared blob cache under their own sha256,
-and the parsed TOC is kept keyed by the layer digest, so a second snapshot
-of the same layer asks the registry for nothing.
+Fetched file contents (a streamed file only once read to the end) go to the
+shared blob cache under their own sha256, and the parsed TOC is kept keyed
+by the layer digest, so a second snapshot of the same layer asks the
+registry for nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gzip
 import io
@@ -46,10 +54,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Protocol
 
-from ..blobcache import BlobCache, check_digest, digest_of
+from ..blobcache import BlobCache, Tee, check_digest, digest_of
 from ..errors import ReconError, UnsafeArchiveError
 from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer
-from .streams import Bounded
+from .streams import Bounded, CountingReader
 
 ESTARGZ_TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
 ZSTD_POSITION_KEYS = ("io.github.containers.zstd-chunked.manifest-position",
@@ -61,6 +69,8 @@ FOOTER_SIZE = 51  # eStargz; the legacy stargz footer is 47 bytes
 _FOOTER_RE = re.compile(rb"([0-9a-f]{16})STARGZ")
 MAX_TOC = 256 << 20  # compressed or not, a TOC larger than this is refused
 BIG_FILE = 8 << 20  # files above this are streamed on their own
+STREAM_BUFFER = 64 << 10  # read-ahead of a streamed file (what a peek at its first bytes costs)
+STREAM_FIRST = 256 << 10  # a streamed file's first range request; the rest is asked for if read
 BATCH_SPAN = 16 << 20  # one range request covers at most this many compressed bytes
 BATCH_GAP = 256 << 10  # and never skips more than this between two wanted files
 INDEX_VERSION = 1
@@ -284,6 +294,76 @@ def _exactly(raw: IO[bytes], size: int, where: str) -> IO[bytes]:
     return Bounded(raw, size, where=where, short="payload shorter than the TOC says")  # type: ignore[return-value]
 
 
+class _SplitRange(io.RawIOBase):
+    """Bytes ``[start, end)`` of a blob in two range requests: the first ``first`` bytes, then,
+    only if they are all read, the rest.
+
+    A server sends ahead of the reader as far as the socket buffers allow
+    (megabytes), so one request for a whole big file costs that much even
+    when the reader stops after a few bytes; the first request bounds it.
+    """
+
+    def __init__(self, reader: RangeReader, start: int, end: int, first: int) -> None:
+        self.reader, self.pos, self.end = reader, start, end
+        self.cut = min(end, start + first)
+        self.cur: IO[bytes] | None = reader.stream(start, self.cut)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while self.cur is not None:
+            n = self.cur.readinto(buf)  # type: ignore[attr-defined]
+            if n:
+                self.pos += n
+                return n  # type: ignore[no-any-return]
+            if self.pos != self.cut or self.cut >= self.end:
+                return 0  # the end, or a short answer (the reader above reports it)
+            self.cur.close()
+            self.cur = None  # a failed request below leaves nothing to close twice
+            self.cur = self.reader.stream(self.pos, self.end)
+            self.cut = self.end
+        return 0
+
+    def close(self) -> None:
+        if self.cur is not None:
+            self.cur.close()
+            self.cur = None
+        super().close()
+
+
+class _Streamed(io.RawIOBase):
+    """Exactly ``size`` decompressed bytes of ``raw`` (one file's range request).
+
+    Closing closes ``raw`` where it stands: for a registry response that
+    closes the connection instead of reading the rest of the body.
+    """
+
+    def __init__(self, raw: IO[bytes], fmt: str, size: int, where: str,
+                 on_read: Callable[[int], None]) -> None:
+        self.raw = raw
+        self.dec = _decompressor(fmt, CountingReader(raw, on_read))  # type: ignore[arg-type]
+        self.plain = _exactly(self.dec, size, where)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        return self.plain.read(n)
+
+    def readinto(self, buf: Any) -> int:
+        data = self.plain.read(len(buf))
+        memoryview(buf)[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self.dec.close()
+            self.raw.close()
+        super().close()
+
+
 class LazyLayer(Layer):
     """A layer read through its TOC: entries from the TOC, contents by byte range on ``open()``.
 
@@ -399,16 +479,36 @@ class LazyLayer(Layer):
             return fh
         where = f"{self.where}: {e.name}"
         if e.size > BIG_FILE:
-            with self.reader.stream(e.start, e.end) as raw:
-                self.bytes_read += e.end - e.start
-                self.cache.put_stream(e.digest, _exactly(_decompressor(self.fmt, raw), e.size, where),
-                                      size=e.size, where=where)
-        else:
-            self._fetch_batch(toc, self._plan(toc, i))
+            return self._stream(e, where)
+        self._fetch_batch(toc, self._plan(toc, i))
         fh = self.cache.open(e.digest)
         if fh is None:  # pragma: no cover - put_* either stored it or raised
             raise ReconError("file vanished from the cache", where=where)
         return fh
+
+    def _stream(self, e: TocEntry, where: str) -> IO[bytes]:
+        """A big file read straight from its range request through the decompressor.
+
+        Only what the reader asks for travels: the squash looks at the first
+        bytes of every file it keeps and skips executables (``vllm/vllm-rs``,
+        60 MB), and closing the reader then ends the transfer (the file is
+        asked for in two ranges, so the registry sends at most the first
+        ``STREAM_FIRST`` bytes for a file left after a peek). A file read to
+        the end is kept in the blob cache if its bytes match the TOC digest;
+        if they do not, the read fails before its last bytes are handed over.
+        """
+        def count(n: int) -> None:
+            self.bytes_read += n
+
+        assert e.digest is not None
+        raw: IO[bytes] = _SplitRange(self.reader, e.start, e.end, STREAM_FIRST)  # type: ignore[assignment]
+        try:
+            payload = _Streamed(raw, self.fmt, e.size, where, count)
+            tee = Tee(payload, e.size, self.cache, expect=e.digest, where=where)  # type: ignore[arg-type]
+        except BaseException:
+            raw.close()
+            raise
+        return io.BufferedReader(tee, STREAM_BUFFER)  # type: ignore[return-value]
 
     def _plan(self, toc: list[TocEntry], i: int) -> list[int]:
         """``i`` plus the files right after it in the same package folder: one range request.

@@ -40,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ..blobcache import BlobCache, DigestMismatch, check_digest, digest_of
+from ..blobcache import BlobCache, DigestMismatch, Tee, check_digest, digest_of
 from ..errors import ReconError
 from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Entry, Image, ImageConfig, Layer
@@ -512,49 +512,14 @@ LISTING = "tar-listing-v2"
 TEE_MAX = 64 << 20  # files opened up to this size are also kept in the blob cache
 
 
-class _Tee(io.RawIOBase):
+def _kept(src: IO[bytes], size: int, cache: BlobCache, record: list[Any]) -> Tee:
     """Pass a file's bytes through and keep a copy in the blob cache under their sha256.
 
     The copy is adopted only when all ``size`` bytes went through (the squash
     reads every file it keeps to the end); ``record[6]`` then names it, so
     the next read of the layer serves the file from the cache.
     """
-
-    def __init__(self, src: IO[bytes], size: int, cache: BlobCache, record: list[Any]) -> None:
-        import hashlib
-
-        self.src, self.left, self.cache, self.record = src, size, cache, record
-        self.hash = hashlib.sha256()
-        fd, self.tmp = cache.new_temp()
-        self.out: IO[bytes] | None = os.fdopen(fd, "wb")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        data = self.src.read(len(buf))
-        n = len(data)
-        buf[:n] = data
-        if self.out is not None and n:
-            self.out.write(data)
-            self.hash.update(data)
-            self.left -= n
-            if self.left == 0:
-                self.out.close()
-                self.out = None
-                digest = f"sha256:{self.hash.hexdigest()}"
-                self.cache.adopt(self.tmp, digest)
-                self.record[6] = digest
-        return n
-
-    def close(self) -> None:
-        if self.out is not None:  # not read to the end: keep nothing
-            self.out.close()
-            self.out = None
-            self.tmp.unlink(missing_ok=True)
-        with contextlib.suppress(Exception):
-            self.src.close()
-        super().close()
+    return Tee(src, size, cache, on_kept=lambda digest: record.__setitem__(6, digest))
 
 
 class RemoteLayer(Layer):
@@ -636,7 +601,7 @@ class RemoteLayer(Layer):
         cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
 
     def _teeing(self, opener: Callable[[], IO[bytes]], size: int, rec: list[Any]) -> Callable[[], IO[bytes]]:
-        return lambda: io.BufferedReader(_Tee(opener(), size, self.client.cache, rec), 1 << 20)
+        return lambda: io.BufferedReader(_kept(opener(), size, self.client.cache, rec), 1 << 20)
 
     def _from_listing(self, records: list[list[Any]]) -> Iterator[Entry]:
         """Entries from the listing; a file comes from the cache if an earlier read kept it,
@@ -670,7 +635,7 @@ class RemoteLayer(Layer):
             part: IO[bytes] = Bounded(stream, size, where=self.where, short=(  # type: ignore[assignment]
                 "cached layer is shorter than its listing (cache damaged? delete it and run again)"))
             if 0 < size <= TEE_MAX:
-                part = _Tee(part, size, cache, rec)  # type: ignore[assignment]
+                part = _kept(part, size, cache, rec)  # type: ignore[assignment]
             return io.BufferedReader(part, 1 << 20)  # type: ignore[arg-type]
 
         try:
