@@ -39,7 +39,7 @@ from recon.cli import main
 from recon.diffing import DiffResult, FieldChange, diff
 from recon.index import load_index
 from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from tests.kit import demo_tree
 
 #: (kind, source line on A or None, source line on B or None, parts) per field.
 Expect = dict[str, tuple[str, str | None, str | None, tuple[str, ...]]]
@@ -260,20 +260,10 @@ class Options:
 CONF = "demo.conf:EngineConfig"
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    pkg = root / "demo"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    for name, text in files.items():
-        (pkg / name).write_text(text.lstrip("\n"))
-    return take_snapshot(f"dir:{root}", out=root.parent / "snaps", name=root.name,
-                         package="demo").root
-
-
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("fields")
-    return _tree(base / "old", OLD), _tree(base / "new", NEW)
+    return demo_tree(base / "old", OLD), demo_tree(base / "new", NEW)
 
 
 @pytest.fixture(scope="module")

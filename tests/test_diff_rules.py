@@ -8,12 +8,10 @@ them the same way, and report what griffe leaves out under its own names.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from recon.diffing import DiffResult, diff
-from recon.snapshotter import take_snapshot
+from tests.kit import demo_tree
 
 OLD = {
     "a.py": '''
@@ -150,20 +148,10 @@ RECON_ONLY = {
 }
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    pkg = root / "demo"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    for name, text in files.items():
-        (pkg / name).write_text(text.lstrip("\n"))
-    return take_snapshot(f"dir:{root}", out=root.parent / "snaps", name=root.name,
-                         package="demo").root
-
-
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> DiffResult:
     base = tmp_path_factory.mktemp("rules")
-    return diff(_tree(base / "old", OLD), _tree(base / "new", NEW), sections=["functions"])
+    return diff(demo_tree(base / "old", OLD), demo_tree(base / "new", NEW), sections=["functions"])
 
 
 def test_signature_changes_use_griffes_names(result: DiffResult) -> None:

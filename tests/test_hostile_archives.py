@@ -136,14 +136,19 @@ def test_decompression_bomb(tmp_path: Path) -> None:
     assert "decompression bomb" in str(err)
 
 
-def test_truncated_gzip_layer(tmp_path: Path) -> None:
+def _truncated_gzip_layer(tmp_path: Path) -> bytes:
+    """Half of a gzip layer holding 50 package files of random bytes."""
     full = tmp_path / "full.tar"
     t = LayerBuilder(full)
     for i in range(50):
         t.file(f"{V}/mod{i}.py", os.urandom(20_000))
     t.close()
     raw = gzip.compress(full.read_bytes())
-    err, *_ = _run(tmp_path, lambda t: None, raw=raw[: len(raw) // 2])
+    return raw[: len(raw) // 2]
+
+
+def test_truncated_gzip_layer(tmp_path: Path) -> None:
+    err, *_ = _run(tmp_path, lambda t: None, raw=_truncated_gzip_layer(tmp_path))
     assert "truncated or corrupt" in str(err)
     assert "layer 1" in str(err)
 
@@ -155,14 +160,9 @@ def test_failing_upper_layer_stops_lower_layers_scanned_side_by_side(
     import time
 
     monkeypatch.setenv("RECON_LAYER_WORKERS", "2")
-    full = tmp_path / "full.tar"
-    t = LayerBuilder(full)
-    for i in range(50):
-        t.file(f"{V}/mod{i}.py", os.urandom(20_000))
-    t.close()
-    raw = gzip.compress(full.read_bytes())
+    raw = _truncated_gzip_layer(tmp_path)
     start = time.monotonic()
-    err, *_ = _run(tmp_path, lambda t: None, raw=raw[: len(raw) // 2], compress=True)
+    err, *_ = _run(tmp_path, lambda t: None, raw=raw, compress=True)
     assert "truncated or corrupt" in str(err) and "layer 1" in str(err)
     assert time.monotonic() - start < 30
 

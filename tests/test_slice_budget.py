@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from recon.cli import main
 from recon.errors import ReconError
 from recon.slicing import RunFailed, build_slice, run_function
 from recon.slicing.closure import DEFAULT_BUDGET, suggest_budget
 from recon.snapshot import Snapshot
+from tests.kit import run_cli
 
 ADJUST = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"
 ADJUST_SELF = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64],
@@ -28,16 +28,6 @@ LAYER = "vllm.model_executor.models.qwen3_dflash:_resolve_layer_attention"
 LAYER_CFG = {"num_hidden_layers": 2, "layer_types": ["sliding_attention"] * 2,
              "sliding_window": 4096}
 SYMPTOMS = ("NameError", "ImportError", "AttributeError", "StubValueError")
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _hint(budget: int, dropped: int) -> str:
@@ -135,7 +125,7 @@ def test_every_budget_short_of_the_closure(vllm_latest: Snapshot, target: str,
 def test_cli_slice_warns_and_json_lists_the_cut(vllm_latest: Snapshot, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     cut = build_slice(vllm_latest, ADJUST, budget=2).cut
-    code, stdout, err = _cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "2",
+    code, stdout, err = run_cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "2",
                              "--json")
     assert code == 0
     meta = json.loads(stdout)
@@ -146,17 +136,17 @@ def test_cli_slice_warns_and_json_lists_the_cut(vllm_latest: Snapshot, tmp_path:
     assert f"--budget {suggest_budget(2)}" in lines[0]
     # with -o and tables: the same one line; the written module carries the CUT comment
     out = tmp_path / "small.py"
-    code, _, err = _cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "2",
+    code, _, err = run_cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "2",
                         "-o", str(out))
     assert code == 0 and len(err.strip().splitlines()) == 1 and "warning" in err
     assert "# CUT:" in out.read_text()
     # the default budget: nothing on stderr, an empty cut list
-    code, stdout, err = _cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--json")
+    code, stdout, err = run_cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--json")
     assert code == 0 and err == ""
     meta = json.loads(stdout)
     assert meta["cut"] == [] and meta["budget"] == DEFAULT_BUDGET
     # a budget below one piece is a usage error
-    code, _, _ = _cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "0")
+    code, _, _ = run_cli(capsys, "slice", str(vllm_latest.root), ADJUST, "--budget", "0")
     assert code == 2
 
 
@@ -166,20 +156,20 @@ def test_cli_run_fails_naming_the_budget(vllm_latest: Snapshot,
     argv = ["run", str(vllm_latest.root), ADJUST,
             "--self", "cudagraph_capture_sizes=[1,2,4,8,16,32,64]",
             "--self", "max_cudagraph_capture_size=64", "--arg", "uniform_decode_query_len=4"]
-    code, _, err = _cli(capsys, *argv, "--budget", "2")
+    code, _, err = run_cli(capsys, *argv, "--budget", "2")
     assert code == 4
     lines = err.strip().splitlines()
     assert len(lines) == 2
     assert lines[0].startswith("recon: warning: ") and f"--budget {suggest_budget(2)}" in lines[0]
     assert lines[1].startswith("recon: error: ") and lines[1].endswith(_hint(2, len(cut)))
-    code, stdout, err = _cli(capsys, *argv, "--budget", "2", "--json")
+    code, stdout, err = run_cli(capsys, *argv, "--budget", "2", "--json")
     assert code == 4
     data = json.loads(stdout)
     assert data["ok"] is False and data["slice_cut"] == cut and data["slice_budget"] == 2
     assert data["failed"].endswith(_hint(2, len(cut)))
     assert data["results"][0]["slice_cut"] == cut
     # the default budget: the answer, no warning, an empty cut list in the JSON
-    code, stdout, err = _cli(capsys, *argv, "--json")
+    code, stdout, err = run_cli(capsys, *argv, "--json")
     assert code == 0 and "warning" not in err
     data = json.loads(stdout)
     assert data["ok"] and data["slice_cut"] == [] and data["slice_budget"] == DEFAULT_BUDGET
@@ -196,7 +186,7 @@ def test_cli_run_that_succeeds_despite_a_cut_still_warns(vllm_latest: Snapshot, 
     while build_slice(vllm_latest, LAYER, budget=budget + 1).cut:
         budget += 1
     cut = build_slice(vllm_latest, LAYER, budget=budget).cut
-    code, stdout, err = _cli(capsys, "run", str(vllm_latest.root), LAYER, "--config", str(cfg),
+    code, stdout, err = run_cli(capsys, "run", str(vllm_latest.root), LAYER, "--config", str(cfg),
                              "--arg", "layer_idx=1", "--budget", str(budget), "--json")
     warnings = [ln for ln in err.splitlines() if ln.startswith("recon: warning: ")]
     assert len(warnings) == 1 and f"at least {len(cut)} piece" in warnings[0]
@@ -208,7 +198,7 @@ def test_cli_run_that_succeeds_despite_a_cut_still_warns(vllm_latest: Snapshot, 
 
 def test_budget_option_documents_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     for verb in ("slice", "run"):
-        code, stdout, _ = _cli(capsys, verb, "--help")
+        code, stdout, _ = run_cli(capsys, verb, "--help")
         assert code == 0
         text = re.sub(r"[\s│]+", " ", stdout)
         assert f"(default {DEFAULT_BUDGET})" in text, verb
