@@ -252,3 +252,14 @@ def test_missing_end_blocks_are_tolerated() -> None:
     """Some writers stop after the last member; tarfile and Go's reader accept that too."""
     raw = _one_file()
     assert _walk(bytes(raw[: 1024])) == [("a.py", b"hello\n")]
+
+
+def test_negative_pax_size_is_refused() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        ti = tarfile.TarInfo("a.py")
+        ti.size = 1
+        ti.pax_headers = {"size": "-5"}
+        tf.addfile(ti, io.BytesIO(b"x"))
+    with pytest.raises(ReconError, match="bad PAX size record '-5'"):
+        _walk(buf.getvalue())

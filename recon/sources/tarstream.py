@@ -39,6 +39,7 @@ _ZERO = bytes(BLOCK)
 _SPECIAL_MAX = 1 << 20  # long names and PAX records (the Docker engine's Go reader uses the same cap)
 _KINDS = {b"0": FILE, b"\0": FILE, b"7": FILE, b"1": HARDLINK, b"2": SYMLINK, b"5": DIR,
           b"3": OTHER, b"4": OTHER, b"6": OTHER}
+_SPECIAL = (b"L", b"K", b"x", b"X", b"g")  # GNU long name/link, PAX (and Solaris X), global PAX
 _POSIX_MAGIC = b"ustar\x0000"
 _STAR_TRAILER = b"tar\0"
 
@@ -178,7 +179,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
             pos += BLOCK
             flag = buf[156:157]
             size = _number(buf[124:136], "size", where)
-            if flag in b"LKxXg" and flag:
+            if flag in _SPECIAL:
                 data = special(size, {b"L": "GNU long name", b"K": "GNU long link"}.get(flag, "PAX"))
                 if flag == b"L":
                     long_name = _text(data)
@@ -206,7 +207,9 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                     try:
                         size = int(pax["size"])
                     except ValueError:
-                        raise ReconError("bad PAX size record", where=where) from None
+                        size = -1
+                    if size < 0:
+                        raise ReconError(f"bad PAX size record {pax['size']!r}", where=where)
                 if "GNU.sparse.name" in pax:
                     name, sparse = pax["GNU.sparse.name"], True
                 pax = {}
