@@ -192,21 +192,6 @@ class TreeWriter:
             return None
         return os.fdopen(fd, "rb")
 
-    def move_into(self, rel: str, dest: TreeWriter, *, where: str = "") -> None:
-        """Rename the regular file ``rel`` of this tree to the same path in ``dest``.
-
-        Both ends are reached through O_NOFOLLOW directory descriptors, so a
-        symlink planted in either tree cannot redirect the move.
-        """
-        rel = clean_relpath(rel, where=where)
-        sfd, leaf = self._parent_fd(rel, where=where)
-        dfd, dleaf = dest._parent_fd(rel, where=where)
-        try:
-            os.rename(leaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
-        except IsADirectoryError:
-            dest._clear(dfd, dleaf, rel)
-            os.rename(leaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
-
     def mkdir(self, rel: str, *, where: str = "") -> None:
         rel = clean_relpath(rel, where=where)
         if rel:
