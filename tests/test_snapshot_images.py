@@ -231,7 +231,13 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
     from recon.paths import cache_dir
 
     before = {c.id for c in docker_client.containers.list(all=True)}
-    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_layers=True)
+    events: list[tuple[int, str, int]] = []
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_layers=True,
+                         progress=lambda layer, ev: events.append((layer.index, ev, layer.bytes_read)))
+    export = [e for e in events if e[0] == -1]  # the export itself, followed like a layer
+    assert export[0][1] == "start" and export[-1][1] == "done"
+    assert export[-1][2] > (Path(str(built["archive"])).stat().st_size // 2)
+    assert [b for _, _, b in export] == sorted(b for _, _, b in export)
     ref = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "archive", package="vllm")
     assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
     assert {p: r.layer for p, r in snap.files.items()} == {p: r.layer for p, r in ref.files.items()}

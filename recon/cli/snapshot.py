@@ -148,8 +148,8 @@ def snapshot_cmd(
 
     def on_layer(layer: Layer, event: str) -> None:
         if layer.index not in tasks:
-            tasks[layer.index] = progress.add_task(f"layer {layer.index} {layer.digest[:19]}",
-                                                   total=layer.size or None)
+            label = "docker save" if layer.index < 0 else f"layer {layer.index} {layer.digest[:19]}"
+            tasks[layer.index] = progress.add_task(label, total=layer.size or None)
         progress.update(tasks[layer.index], completed=layer.bytes_read if event != "done" else layer.size or layer.bytes_read)
 
     with progress:

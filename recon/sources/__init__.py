@@ -6,6 +6,8 @@ abstraction the rest of recon works on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer
 
@@ -22,13 +24,15 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
                 max_layer_size: int | None = None, insecure: bool | None = None,
-                docker_layers: bool = False) -> Image:
+                docker_layers: bool = False,
+                progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open ``ref`` without starting anything; the caller must ``close()`` the image.
 
     ``insecure`` (``registry:`` only) allows plain HTTP to a loopback registry;
     ``None`` defers to ``RECON_REGISTRY_INSECURE``. ``docker_layers``
     (``docker:`` only) reads the image's layers through ``docker save``
-    instead of the engine's merged view, so each file's layer is known.
+    instead of the engine's merged view, so each file's layer is known;
+    ``progress`` then follows the export as a stand-in layer of index -1.
     """
     scheme, rest = split_ref(ref)
     if docker_layers and scheme != "docker":
@@ -42,7 +46,7 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
         from .daemon import open_daemon
 
         return open_daemon(rest, packages=packages, platform=platform, via_save=docker_layers,
-                           max_layer_size=max_layer_size)
+                           max_layer_size=max_layer_size, progress=progress)
     if scheme == "docker-archive":
         from .archive import open_docker_archive
 

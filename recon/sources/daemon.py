@@ -18,12 +18,13 @@ import io
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer, tar_entries
 
+SAVE_EXPORT = "docker save export"  # media type of the stand-in layer that reports export progress
 PY_VERSIONS = [f"3.{m}" for m in range(8, 15)]
 PREFIXES = ["usr/local", "usr", "opt/conda", "opt/venv", "venv", "root/.local", "app/.venv"]
 
@@ -126,7 +127,8 @@ class DaemonLayer(Layer):
 
 
 def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
-                via_save: bool = False, max_layer_size: int | None = None) -> Image:
+                via_save: bool = False, max_layer_size: int | None = None,
+                progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open an image of the local engine: its merged view through a created (never started)
     container, or with ``via_save`` its layers through ``docker save``."""
     client = _client()
@@ -139,7 +141,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
     except docker.errors.APIError as err:
         raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
     if via_save:
-        return _open_saved(client, image, ref, platform, max_layer_size)
+        return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
     config = ImageConfig.from_image_json(attrs)
     # Create (never start) a container; the command is a placeholder never run.
@@ -187,7 +189,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
 
 
 def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
-                max_layer_size: int | None) -> Image:
+                max_layer_size: int | None, progress: Callable[[Layer, str], None] | None) -> Image:
     """The image's layers as the engine exports them (``docker save``), for per-layer provenance.
 
     The engine's archive of the whole image is streamed into a private temporary
@@ -205,11 +207,25 @@ def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
     tmp_root = cache_dir() / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="docker-save-", dir=tmp_root)
+    # A stand-in layer so the progress bars can follow the export (it can take minutes).
+    export = Layer(-1, image.id, media_type=SAVE_EXPORT, size=int(image.attrs.get("Size") or 0))
+
+    def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            export.bytes_read += len(chunk)
+            if progress is not None:
+                progress(export, "advance")
+            yield chunk
+
     try:
         chunks = client.api.get_image(image.id, chunk_size=1 << 20)
+        if progress is not None:
+            progress(export, "start")
         with TreeWriter(tmp) as out:
-            out.write_stream("image.tar", io.BufferedReader(_ChunkReader(iter(chunks)), 1 << 20),
+            out.write_stream("image.tar", io.BufferedReader(_ChunkReader(counted(chunks)), 1 << 20),
                              where=f"docker save of {ref}")
+        if progress is not None:
+            progress(export, "done")
         saved = open_docker_archive(os.path.join(tmp, "image.tar"), platform=platform,
                                     max_layer_size=max_layer_size)
     except BaseException:
