@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .diffing.model import DiffResult, FieldChange, FunctionChange, KeyedDiff
+from .diffing.model import ConstantChange, DiffResult, FieldChange, FunctionChange, KeyedDiff
 
 #: Longest file list a report prints in full; the rest is counted.
 MAX_FILES = 300
@@ -62,6 +62,13 @@ def field_row(c: FieldChange) -> dict[str, str]:
             "where": c.where(), "old_class": c.old_class or "", "detail": c.detail()}
 
 
+def constant_row(c: ConstantChange) -> dict[str, str]:
+    """The columns every renderer shows for one module constant change (long values clipped)."""
+    a, b = clip_pair(c.side("a"), c.side("b"))
+    return {"kind": c.kind, "constant": c.qualname, "a": a, "b": b, "where": c.where(),
+            "detail": c.detail()}
+
+
 def keyed_rows(d: KeyedDiff) -> list[tuple[str, str, str, str]]:
     """``(key, change, old, new)`` for a keyed table."""
     out = [(k, "added", "", _text(v)) for k, v in d.added.items()]
@@ -104,8 +111,11 @@ def rows(result: DiffResult, *, all_moved: bool = False) -> dict[str, Any]:
             "moved": [change_row(c) for c in fd.moved] if all_moved else [],
             "moved_count": len(fd.moved), "formatting": [c.qualname for c in fd.formatting]}
     if result.fields is not None:
-        out["fields"] = {"summary": result.fields.summary(), "focus": result.fields.focus,
-                         "changes": [field_row(c) for c in result.fields.changes]}
+        fl = result.fields
+        out["fields"] = {"summary": fl.summary(), "focus": fl.focus,
+                         "changes": [field_row(c) for c in fl.changes],
+                         "constants_summary": fl.constant_summary(),
+                         "constants": [constant_row(c) for c in fl.constants]}
     return out
 
 
@@ -165,9 +175,11 @@ def to_markdown(result: DiffResult, *, all_moved: bool = False) -> str:
             out += [""]
     if "fields" in r:
         fl = r["fields"]
-        out += ["## Class fields", "",
+        out += ["## Class fields and module constants", "",
                 "Assignments directly in class bodies (dataclass and pydantic fields, class "
-                "constants) of the classes on both sides, by normalized source.", "",
+                "constants) of the classes on both sides, and directly in module bodies "
+                "(module constants, listed as `module:NAME`) of the modules on both sides, "
+                "by normalized source.", "",
                 fl["summary"] + (" (classes owning a function on the focus chain)"
                                  if fl["focus"] else "") + ".", ""]
         if fl["changes"]:
@@ -176,6 +188,13 @@ def to_markdown(result: DiffResult, *, all_moved: bool = False) -> str:
                                c["where"] + (f" (class was `{c['old_class']}`)" if c["old_class"]
                                              else "")]
                               for c in fl["changes"]]) + [""]
+        out += ["**Module constants**: " + fl["constants_summary"]
+                + (" (modules owning a function on the focus chain)" if fl["focus"] else "") + ".",
+                ""]
+        if fl["constants"]:
+            out += _md_table(["kind", "module constant", "A", "B", "where"],
+                             [[c["kind"], f"`{c['constant']}`", _md_code(c["a"]),
+                               _md_code(c["b"]), c["where"]] for c in fl["constants"]]) + [""]
     if "functions" in r:
         fn = r["functions"]
         out += ["## Functions", "", fn["summary"], ""]
@@ -210,7 +229,7 @@ pre.diff{background:#f6f8fa;padding:.6em;overflow-x:auto;border:1px solid #d0d7d
 .add{background:#dafbe1;display:block}.del{background:#ffebe9;display:block}
 .hunk{color:#0550ae;display:block}.meta{font-weight:bold;display:block}.ctx{display:block}
 .k-added{color:#1a7f37}.k-removed{color:#cf222e}.k-signature,.k-body,.k-default,
-.k-annotation{color:#9a6700}
+.k-annotation,.k-value{color:#9a6700}
 .muted{color:#656d76}details{margin:.3em 0}summary{cursor:pointer}
 """
 
@@ -293,7 +312,7 @@ def to_html(result: DiffResult, *, all_moved: bool = False) -> str:
                 out.append(f"<p class='muted'>... and {f['more']} more</p>")
     if "fields" in r:
         fl = r["fields"]
-        out.append(f"<h2>Class fields</h2><p>{_h(fl['summary'])}"
+        out.append(f"<h2>Class fields and module constants</h2><p>{_h(fl['summary'])}"
                    + (" (classes owning a function on the focus chain)" if fl["focus"] else "")
                    + ".</p>")
         if fl["changes"]:
@@ -304,6 +323,16 @@ def to_html(result: DiffResult, *, all_moved: bool = False) -> str:
                   f"<code>{_h(c['b'])}</code>",
                   _h(c["where"] + (f" (class was {c['old_class']})" if c["old_class"] else ""))]
                  for c in fl["changes"]], raw=True))
+        out.append(f"<h3>Module constants</h3><p>{_h(fl['constants_summary'])}"
+                   + (" (modules owning a function on the focus chain)" if fl["focus"] else "")
+                   + ".</p>")
+        if fl["constants"]:
+            out.append(_html_table(
+                ["kind", "module constant", "A", "B", "where"],
+                [[f"<span class='k-{_h(c['kind'])}'>{_h(c['kind'])}</span>",
+                  f"<code>{_h(c['constant'])}</code>", f"<code>{_h(c['a'])}</code>",
+                  f"<code>{_h(c['b'])}</code>", _h(c["where"])]
+                 for c in fl["constants"]], raw=True))
     if "functions" in r:
         fn = r["functions"]
         out.append(f"<h2>Functions</h2><p>{_h(fn['summary'])}</p>")

@@ -359,7 +359,7 @@ def test_cli_json_markdown_terminal(trees: tuple[Path, Path], tmp_path: Path,
             "demo/conf.py:11 |") in text
     assert "| removed | `demo.conf:EngineConfig.dropped` | `bool = False` | - |" in text
     assert "(class was `demo.old_home:Moved`)" in text
-    assert "<h2>Class fields</h2>" in page.read_text()
+    assert "<h2>Class fields and module constants</h2>" in page.read_text()
     out = run("diff", a, b, "-s", "functions")
     assert "class fields" in out and "Optional[BlockSize] = None" in out  # not eaten as markup
     assert "class fields: 6 field changes in 2 classes" in out

@@ -26,7 +26,8 @@ HAS_EXIT = {"yes": 0, "no": 1, "different": 4}
 _KIND_STYLE = {"added": "green", "removed": "red", "renamed": "magenta", "signature": "yellow",
                "body": "yellow", "decorators": "yellow", "docstring": "blue", "moved": "dim",
                "formatting": "dim", "appeared": "green", "disappeared": "red", "same": "dim",
-               "first": "dim", "absent": "dim", "default": "yellow", "annotation": "yellow"}
+               "first": "dim", "absent": "dim", "default": "yellow", "annotation": "yellow",
+               "value": "yellow"}
 
 
 def _kind(kind: str) -> str:
@@ -76,7 +77,9 @@ def diff_cmd(
     Functions are compared by normalized AST: a function that only moved,
     or whose formatting or comments changed, is counted but not listed as a
     change; docstring-only edits are their own kind; signature changes are
-    named as `griffe check` names them.
+    named as `griffe check` names them. With the functions come class fields
+    (dataclass/pydantic defaults) and module constants (`module:NAME`),
+    compared on normalized source.
     """
     from ..diffing import diff
     from ..report import to_html, to_markdown
@@ -147,10 +150,10 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
 
 
 def _print_fields(result: DiffResult, *, limit: int) -> None:
-    """Class-body fields whose default or annotation changed, or that came or went."""
+    """Class-body fields and module constants whose value or annotation changed, or that came or went."""
     from rich.markup import escape
 
-    from ..report import field_row
+    from ..report import constant_row, field_row
 
     fl = result.fields
     assert fl is not None
@@ -164,8 +167,21 @@ def _print_fields(result: DiffResult, *, limit: int) -> None:
         console.print(t)
         if len(fl.changes) > limit:
             console.print(f"[dim]... {len(fl.changes) - limit} more field changes (--limit, --json)[/]")
+    if fl.constants:
+        t = _table("module constants", "kind", "constant", "A", "B", "where")
+        for cc in fl.constants[:limit]:
+            crow = constant_row(cc)
+            t.add_row(_kind(cc.kind), escape(crow["constant"]), escape(crow["a"]),
+                      escape(crow["b"]), escape(crow["where"]))
+        console.print(t)
+        if len(fl.constants) > limit:
+            console.print(f"[dim]... {len(fl.constants) - limit} more module constant changes "
+                          "(--limit, --json)[/]")
     focus = " (classes owning a function on the focus chain)" if fl.focus else ""
     console.print(f"[bold]class fields[/]: {fl.summary()}{focus}", soft_wrap=True, highlight=False)
+    focus = " (modules owning a function on the focus chain)" if fl.focus else ""
+    console.print(f"[bold]module constants[/]: {fl.constant_summary()}{focus}", soft_wrap=True,
+                  highlight=False)
 
 
 def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None:

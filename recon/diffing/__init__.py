@@ -11,12 +11,16 @@ Public API::
     result.fields.summary()            # "3 field changes in 1 class (1 added, 2 default); 52 classes compared"
     for f in result.fields.changes:    # FieldChange: class-body fields (dataclass defaults, constants)
         print(f.kind, f.qualname, f.side("a"), "->", f.side("b"))   # default ...EngramConfig.use_thp ...
+    result.fields.constant_summary()   # "1 module constant change in 1 module (1 value); 9 modules compared"
+    for c in result.fields.constants:  # ConstantChange: module-body assignments, "module:NAME"
+        print(c.kind, c.qualname, c.side("a"), "->", c.side("b"))   # value ...metadata:NIXL_CONNECTOR_VERSION ...
     result.to_json()
 
     diff(a, b, focus="MambaHybridModelState.add_request", depth=2, show=True)
 
 Lower-level pieces: :func:`diff_functions` (two indexes), :func:`diff_fields` (class
-fields of two indexes), :func:`compare_signatures`
+fields and module constants of two indexes), :func:`diff_constants` (module constants
+only), :func:`compare_signatures`
 (griffe's rules and names), :func:`open_side` / :func:`open_sides` (SOURCE -> cached
 snapshot), :func:`resolve_range` (PyPI release ranges), :func:`unified` (one
 function's unified diff).
@@ -24,6 +28,7 @@ function's unified diff).
 
 from __future__ import annotations
 
+from .constants import compare_constants, diff_constants
 from .core import diff, fill_diff, parse_sections, side_of
 from .fields import compare_fields, diff_fields
 from .functions import diff_functions
@@ -31,8 +36,10 @@ from .meta import diff_distributions, diff_files, diff_image
 from .model import (
     ALL_KINDS,
     CODE_KINDS,
+    CONSTANT_KINDS,
     FIELD_KINDS,
     SECTIONS,
+    ConstantChange,
     DiffResult,
     FieldChange,
     FieldDiff,
@@ -52,8 +59,10 @@ from .textdiff import highlighted, unified
 __all__ = [
     "ALL_KINDS",
     "CODE_KINDS",
+    "CONSTANT_KINDS",
     "FIELD_KINDS",
     "SECTIONS",
+    "ConstantChange",
     "DiffResult",
     "FieldChange",
     "FieldDiff",
@@ -64,9 +73,11 @@ __all__ = [
     "KeyedDiff",
     "Side",
     "SignatureChange",
+    "compare_constants",
     "compare_fields",
     "compare_signatures",
     "diff",
+    "diff_constants",
     "diff_distributions",
     "diff_fields",
     "diff_files",

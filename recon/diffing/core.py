@@ -5,8 +5,9 @@ files sections read only the manifests; the function section indexes only
 the ``.py`` files whose sha256 differs (plus added and removed ones), from
 the per-file index cache. ``--focus`` needs the call graph, hence the full
 index of each side (still from the cache). The class fields (defaults and
-annotations of class-body assignments, :mod:`recon.diffing.fields`) come
-with the function section, from the same indexes and files.
+annotations of class-body assignments, :mod:`recon.diffing.fields`) and the
+module constants (module-body assignments, :mod:`recon.diffing.constants`)
+come with the function section, from the same indexes and files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import ReconError
 from ..index import load_index
 from ..index.snapshot_index import SnapshotIndex
 from ..snapshot import Snapshot
+from .constants import focus_modules
 from .fields import diff_fields, focus_owners
 from .focus import apply_focus, focus_members
 from .functions import diff_functions
@@ -104,9 +106,11 @@ def diff(a: str | Path | Snapshot, b: str | Path | Snapshot, *,
             fd = apply_focus(fd, focus_info)
         result.timings["match"] = time.perf_counter() - t
         t = time.perf_counter()
+        members = focus_info["members"] if focus_info is not None else None
         result.fields = diff_fields(
             ia, ib, paths_a=paths_a, paths_b=paths_b,
-            owners=focus_owners(focus_info["members"]) if focus_info is not None else None)
+            owners=focus_owners(members) if members is not None else None,
+            modules=focus_modules(members) if members is not None else None)
         result.timings["fields"] = time.perf_counter() - t
         errors = sorted({*ia.errors, *ib.errors} & {*paths_a, *paths_b})
         if errors:

@@ -22,6 +22,10 @@ Classes are paired:
 Classes only on one side are not listed here (their methods are, as added
 or removed functions). Only files whose bytes differ are compared, as for
 functions: a file with the same sha256 holds the same classes.
+
+The module constants (assignments directly in a module body,
+:mod:`recon.diffing.constants`) are compared here too and reported in the
+same section, under ``module:NAME``.
 """
 
 from __future__ import annotations
@@ -31,17 +35,20 @@ from collections.abc import Iterable
 
 from ..index.models import ClassInfo, split_qualname
 from ..index.snapshot_index import SnapshotIndex
+from .constants import diff_constants
 from .model import FieldChange, FieldDiff
 
 
 def diff_fields(ia: SnapshotIndex, ib: SnapshotIndex, *, paths_a: Iterable[str] | None = None,
                 paths_b: Iterable[str] | None = None,
-                owners: set[str] | None = None) -> FieldDiff:
-    """Compare the class fields of ``paths_a`` in ``ia`` with those of ``paths_b`` in ``ib``.
+                owners: set[str] | None = None, modules: set[str] | None = None) -> FieldDiff:
+    """Compare the class fields and module constants of ``paths_a`` in ``ia`` with ``paths_b`` in ``ib``.
 
-    Without paths every class of both indexes is compared. ``owners``
-    (``--focus``, see :func:`focus_owners`) keeps only the class pairs with
-    one of these qualnames on either side.
+    Without paths every class and module of both indexes is compared.
+    ``owners`` (``--focus``, see :func:`focus_owners`) keeps only the class
+    pairs with one of these qualnames on either side, ``modules``
+    (:func:`~recon.diffing.constants.focus_modules`) only the module pairs
+    of these names.
     """
     ca, cb = _select(ia, paths_a), _select(ib, paths_b)
     pairs = [(o, cb[q]) for q, o in ca.items() if q in cb]
@@ -52,7 +59,11 @@ def diff_fields(ia: SnapshotIndex, ib: SnapshotIndex, *, paths_a: Iterable[str] 
     changes: list[FieldChange] = []
     for o, n in sorted(pairs, key=lambda p: (p[1].path, p[1].lineno)):
         changes += compare_fields(o, n)
-    return FieldDiff(changes=changes, classes_compared=len(pairs), focus=owners is not None)
+    constants, modules_compared = diff_constants(ia, ib, paths_a=paths_a, paths_b=paths_b,
+                                                 modules=modules)
+    return FieldDiff(changes=changes, classes_compared=len(pairs),
+                     focus=owners is not None or modules is not None, constants=constants,
+                     modules_compared=modules_compared)
 
 
 def compare_fields(o: ClassInfo, n: ClassInfo) -> list[FieldChange]:

@@ -39,6 +39,20 @@ see :class:`recon.index.models.ClassField`), compared on normalized source:
     changed too (then ``"annotation"`` is in ``parts``).
 ``annotation``
     only the annotation changed (``bool`` -> ``bool | None``).
+
+Module constant change kinds (``ConstantChange.kind``), for the assignments
+directly in a module body (``DEFAULT_MAX_NUM_SEQS = 256``,
+``NIXL_CONNECTOR_VERSION: int = 15``; see
+:attr:`recon.index.models.ModuleInfo.constants`), listed with the class
+fields under ``module:NAME``, compared on normalized source:
+
+``added`` / ``removed``
+    the name is assigned in the module body on one side only.
+``value``
+    the assigned value changed; the annotation may have changed too (then
+    ``"annotation"`` is in ``parts``).
+``annotation``
+    only the annotation changed.
 """
 
 from __future__ import annotations
@@ -46,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..index.models import ClassField, ClassInfo, FunctionInfo
+from ..index.models import ClassField, ClassInfo, FunctionInfo, ModuleInfo
 
 CODE_KINDS = ("added", "removed", "renamed", "signature", "body", "decorators")
 LISTED_KINDS = (*CODE_KINDS, "docstring")
@@ -54,6 +68,7 @@ QUIET_KINDS = ("moved", "formatting")
 ALL_KINDS = (*LISTED_KINDS, *QUIET_KINDS)
 SECTIONS = ("image", "distributions", "files", "functions")
 FIELD_KINDS = ("added", "removed", "default", "annotation")
+CONSTANT_KINDS = ("added", "removed", "value", "annotation")
 
 
 @dataclass(frozen=True)
@@ -271,18 +286,84 @@ def _or_none(text: str | None) -> str:
     return "(none)" if text is None else text
 
 
+def constant_json(mod: ModuleInfo, name: str, f: ClassField | None) -> dict[str, Any] | None:
+    """One side of a module constant change: normalized annotation and value, and where it is."""
+    if f is None:
+        return None
+    return {"annotation": f.annotation, "value": f.value, "path": mod.path, "line": f.lineno,
+            "module": mod.name, "text": f"{name}: {f.render()}" if f.annotation is not None
+            else f"{name} {f.render()}".rstrip()}
+
+
+@dataclass
+class ConstantChange:
+    """One module-body assignment that differs between the two versions of a module."""
+
+    kind: str  # one of CONSTANT_KINDS
+    mod_old: ModuleInfo
+    mod_new: ModuleInfo
+    name: str
+    old: ClassField | None
+    new: ClassField | None
+    parts: tuple[str, ...] = ()  # "value", "annotation": what differs for a changed constant
+
+    @property
+    def qualname(self) -> str:
+        """``module:NAME`` (no class in between: that is how a constant reads apart from a field)."""
+        return f"{self.mod_new.name}:{self.name}"
+
+    def where(self) -> str:
+        """``path:line`` of the assignment (B's; A's for a removal; both when the file moved)."""
+        a = f"{self.mod_old.path}:{self.old.lineno}" if self.old else None
+        b = f"{self.mod_new.path}:{self.new.lineno}" if self.new else None
+        if a and b and a != b:
+            if self.mod_old.path == self.mod_new.path:
+                return f"{a} -> {self.new.lineno}"  # type: ignore[union-attr]
+            return f"{a} -> {b}"
+        return b or a or ""
+
+    def side(self, which: str) -> str:
+        """What one side says, ``int = 15`` or ``= 'x'`` (``-`` when the name is absent there)."""
+        f = self.old if which == "a" else self.new
+        return f.render() if f is not None else "-"
+
+    def detail(self) -> str:
+        """One line: what differs, in words."""
+        bits = []
+        if self.old and self.new:
+            if "value" in self.parts:
+                bits.append(f"value {_or_none(self.old.value)} -> {_or_none(self.new.value)}")
+            if "annotation" in self.parts:
+                bits.append(f"annotation {_or_none(self.old.annotation)} -> "
+                            f"{_or_none(self.new.annotation)}")
+        return "; ".join(bits)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "qualname": self.qualname, "module": self.mod_new.name,
+                "name": self.name, "parts": list(self.parts),
+                "old": constant_json(self.mod_old, self.name, self.old),
+                "new": constant_json(self.mod_new, self.name, self.new)}
+
+
 @dataclass
 class FieldDiff:
-    """The class fields of the classes present on both sides (compared with the functions).
+    """The class fields of the classes present on both sides (compared with the functions),
+    and the module constants of the modules present on both sides.
 
     ``classes_compared`` counts the class pairs whose fields were compared
     (classes of the changed files, matched by qualname, plus classes that
-    moved to another module: see :mod:`recon.diffing.fields`).
+    moved to another module: see :mod:`recon.diffing.fields`);
+    ``modules_compared`` the module pairs whose constants were compared
+    (changed files, matched by module name; a module that moved is left out).
+    :meth:`summary` and :meth:`counts` are about class fields,
+    :meth:`constant_summary` and :meth:`constant_counts` about module constants.
     """
 
     changes: list[FieldChange]
     classes_compared: int
-    focus: bool = False  # only the classes owning a function of the --focus chain were compared
+    focus: bool = False  # only the classes/modules owning a function of the --focus chain
+    constants: list[ConstantChange] = field(default_factory=list)
+    modules_compared: int = 0
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in FIELD_KINDS}
@@ -303,9 +384,30 @@ class FieldDiff:
                 + f"; {self.classes_compared} class{'es' if self.classes_compared != 1 else ''} "
                 "compared")
 
+    def constant_counts(self) -> dict[str, int]:
+        out = {k: 0 for k in CONSTANT_KINDS}
+        for c in self.constants:
+            out[c.kind] += 1
+        out["modules_changed"] = len({c.mod_new.name for c in self.constants})
+        out["modules_compared"] = self.modules_compared
+        return out
+
+    def constant_summary(self) -> str:
+        """``3 module constant changes in 2 modules (1 added, 2 value); 12 modules compared``."""
+        c = self.constant_counts()
+        n = len(self.constants)
+        detail = ", ".join(f"{c[k]} {k}" for k in CONSTANT_KINDS if c[k])
+        return (f"{n} module constant change{'s' if n != 1 else ''}"
+                + (f" in {c['modules_changed']} module{'s' if c['modules_changed'] != 1 else ''}"
+                   f" ({detail})" if n else "")
+                + f"; {self.modules_compared} module{'s' if self.modules_compared != 1 else ''} "
+                "compared")
+
     def to_json(self) -> dict[str, Any]:
         return {"summary": self.summary(), "counts": self.counts(),
-                "changes": [c.to_json() for c in self.changes], "focus": self.focus}
+                "changes": [c.to_json() for c in self.changes], "focus": self.focus,
+                "constants": {"summary": self.constant_summary(), "counts": self.constant_counts(),
+                              "changes": [c.to_json() for c in self.constants]}}
 
 
 @dataclass
@@ -387,7 +489,8 @@ class DiffResult:
     distributions: KeyedDiff | None = None
     files: FileDiff | None = None
     functions: FunctionDiff | None = None
-    #: Class-body fields (defaults, annotations): computed with the functions section.
+    #: Class-body fields (defaults, annotations) and module constants: computed with the
+    #: functions section.
     fields: FieldDiff | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)

@@ -12,6 +12,7 @@ Public API (other parts of recon build on these names)::
     idx.function_at(path, lineno)                 # innermost function holding a line
     idx.function_ast(qualname)                    # just that def, parsed, file line numbers
     idx.classes[q].fields["max_num_seqs"]         # ClassField("int", "256", 88): class-body assignments
+    idx.modules[m].constants["NIXL_CONNECTOR_VERSION"]  # ClassField("int", "15", 55): module-body ones
 
 Name resolution (imports, re-exports, MRO, annotations) is
 :class:`recon.index.resolve.Resolver`; the call graph is :mod:`recon.graph`.

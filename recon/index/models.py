@@ -167,6 +167,9 @@ class FunctionInfo(NamedTuple):
 class ClassField(NamedTuple):
     """One assignment directly in a class body: a dataclass/pydantic field or a class constant.
 
+    Module constants (:attr:`ModuleInfo.constants`, assignments directly in a
+    module body) use the same record.
+
     ``max_num_seqs: int = 256`` is ``("int", "256", line)``; ``X = 4`` is
     ``(None, "4", line)``; ``name: str`` is ``("str", None, line)``. Text is
     normalized source (:func:`ast.unparse`), so two releases that differ in
@@ -225,6 +228,11 @@ class ModuleInfo:
     name it stands for (``{"CacheConfig": "vllm.config.cache.CacheConfig",
     "np": "numpy"}``); ``imports`` lists every import statement, lazy ones in
     functions included, with the snapshot module each one reaches.
+    ``constants`` are the assignments directly in the module body
+    (``NAME = value``, ``NAME: T = value``), with the same record and
+    normalization as class fields (:class:`ClassField`); dunder names
+    (``__all__``, ``__version__``) and assignments nested in ``if``/``try``
+    blocks are not among them.
 
     Imports are decoded on first use: a vLLM release has 50,000 of them and
     most queries read the imports of a few modules only. Everything else is
@@ -232,11 +240,12 @@ class ModuleInfo:
     """
 
     __slots__ = ("name", "path", "sha256", "is_package", "line_count", "classes", "functions",
-                 "variables", "calls", "error", "_rows", "_known", "_imports")
+                 "variables", "constants", "calls", "error", "_rows", "_known", "_imports")
 
     def __init__(self, name: str, path: str, sha256: str, is_package: bool, line_count: int, *,
                  classes: tuple[str, ...] = (), functions: tuple[str, ...] = (),
-                 variables: dict[str, str | None] | None = None, calls: tuple[str, ...] = (),
+                 variables: dict[str, str | None] | None = None,
+                 constants: dict[str, ClassField] | None = None, calls: tuple[str, ...] = (),
                  error: str | None = None, import_rows: str | list[list[Any]] = "[]",
                  known: frozenset[str] | set[str] = frozenset()) -> None:
         self.name = name
@@ -247,6 +256,7 @@ class ModuleInfo:
         self.classes = classes  # qualnames, in file order
         self.functions = functions  # qualnames, in file order (methods and nested included)
         self.variables = variables if variables is not None else {}  # name -> type hint text
+        self.constants = constants if constants is not None else {}  # name -> ClassField
         self.calls = calls  # names called at import time (module and class bodies)
         self.error = error  # why the file could not be parsed (then it defines nothing)
         self._rows = import_rows  # raw rows (JSON text from the cache, or lists)
@@ -298,7 +308,7 @@ class ModuleInfo:
 
     def _key(self) -> tuple[Any, ...]:
         return (self.name, self.path, self.sha256, self.is_package, self.line_count, self.classes,
-                self.functions, self.variables, self.calls, self.error, self.imports)
+                self.functions, self.variables, self.constants, self.calls, self.error, self.imports)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ModuleInfo) and self._key() == other._key()
@@ -324,6 +334,7 @@ def as_json(record: Any) -> Any:
                 "imports": [as_json(i) for i in record.imports], "bindings": dict(record.bindings),
                 "star_imports": list(record.star_imports), "classes": list(record.classes),
                 "functions": list(record.functions), "variables": dict(record.variables),
+                "constants": {k: as_json(v) for k, v in record.constants.items()},
                 "calls": list(record.calls), "error": record.error}
     if isinstance(record, tuple) and hasattr(record, "_asdict"):
         return {k: as_json(v) for k, v in record._asdict().items()}

@@ -320,7 +320,9 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
                                    {k: make_field(v) for k, v in r["fields"].items()})
         modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
                                   rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
-                                  variables=rec["variables"], calls=tuple(rec["calls"]),
+                                  variables=rec["variables"],
+                                  constants={k: make_field(v) for k, v in rec["constants"].items()},
+                                  calls=tuple(rec["calls"]),
                                   import_rows=rec["imports"], known=known)
     stats.errors = len(errors)
     return SnapshotIndex(snapshot=snapshot, modules=modules, functions=functions, classes=classes,

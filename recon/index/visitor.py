@@ -27,7 +27,8 @@ from .normalize import serializers
 
 #: Bump when the record layout or the normalization changes: old cache entries are ignored.
 #: 6: classes carry ``fields`` (class-body assignments, for ``recon diff``).
-RECORD_VERSION = 6
+#: 7: modules carry ``constants`` (module-body assignments, for ``recon diff``).
+RECORD_VERSION = 7
 
 #: A function's row in the record: FunctionInfo's fields after (qualname, module, path),
 #: except that ``params`` is JSON text and ``calls`` one space-separated string: signatures
@@ -105,6 +106,7 @@ class FileVisitor:
         self.classes: list[dict[str, Any]] = []
         self.imports: list[list[Any]] = []
         self.variables: dict[str, str | None] = {}
+        self.constants: dict[str, list[Any]] = {}
         self.module_calls: set[str] = set()
         self.seen: dict[str, int] = {}
         self.frames: list[_Frame] = [_Frame("module", "", None, self.module_calls)]
@@ -149,6 +151,7 @@ class FileVisitor:
                 self._recursion_failed(stmt, mark)
             # Module-level tokens are not hashed: drop them to keep memory flat.
             del self.out[mark:]
+        self.constants = _module_constants(tree.body, self.seg)
 
     def _recursion_failed(self, stmt: ast.stmt, mark: int) -> None:
         del self.frames[1:]
@@ -353,12 +356,33 @@ def _class_fields(body: list[ast.stmt], seg: Any) -> dict[str, list[Any]]:
     assigned twice keeps the last value, and the last annotation: what
     Python's class namespace and ``__annotations__`` end up holding.
     """
+    return _body_assignments(body, seg, skip_dunder=False)
+
+
+def _module_constants(body: list[ast.stmt], seg: Any) -> dict[str, list[Any]]:
+    """``{name: [annotation, value, lineno]}`` for the assignments directly in a module body.
+
+    The same rules as :func:`_class_fields` (``NAME = v``, ``NAME: T = v``,
+    ``NAME: T``; the last assignment of a name wins), and the same things
+    left out: tuple/attribute/subscript targets (``a, b = ...``,
+    ``os.environ[k] = ...``), augmented assignments (``X += ...``) and
+    anything nested in ``if``/``try``/``with``/``for`` blocks, functions or
+    classes (``if TYPE_CHECKING:`` declarations, import fallbacks), whose
+    value depends on the running machine. Dunder names (``__all__``,
+    ``__version__``, ``__doc__``...) are left out too: re-export lists and
+    version stamps, not settings. Aliases (``Alias = other.Name``) are kept:
+    they are assignments like any other and cost nothing to record.
+    """
+    return _body_assignments(body, seg, skip_dunder=True)
+
+
+def _body_assignments(body: list[ast.stmt], seg: Any, *, skip_dunder: bool) -> dict[str, list[Any]]:
     fields: dict[str, list[Any]] = {}
     for stmt in body:
         tp = stmt.__class__
         if tp is ast.AnnAssign:
             target = stmt.target  # type: ignore[attr-defined]
-            if target.__class__ is not ast.Name:
+            if target.__class__ is not ast.Name or (skip_dunder and _is_dunder(target.id)):
                 continue
             value = stmt.value  # type: ignore[attr-defined]
             prev = fields.get(target.id)
@@ -367,7 +391,8 @@ def _class_fields(body: list[ast.stmt], seg: Any) -> dict[str, list[Any]]:
                 _unparse(value, seg) if value is not None else (prev[1] if prev else None),
                 stmt.lineno]
         elif tp is ast.Assign:
-            names = [t.id for t in stmt.targets if t.__class__ is ast.Name]  # type: ignore[attr-defined]
+            names = [t.id for t in stmt.targets if t.__class__ is ast.Name  # type: ignore[attr-defined]
+                     and not (skip_dunder and _is_dunder(t.id))]  # type: ignore[attr-defined]
             if not names:
                 continue
             value_text = _unparse(stmt.value, seg)  # type: ignore[attr-defined]
@@ -375,6 +400,10 @@ def _class_fields(body: list[ast.stmt], seg: Any) -> dict[str, list[Any]]:
                 prev = fields.get(name)
                 fields[name] = [prev[0] if prev else None, value_text, stmt.lineno]
     return fields
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and len(name) > 4
 
 
 def _unparse(node: ast.expr, seg: Any) -> str:
@@ -461,6 +490,7 @@ def index_source(data: bytes) -> dict[str, Any]:
         # Kept as JSON text inside the record: decoded only for the modules a query reads.
         imports=json.dumps(visitor.imports, separators=(",", ":")),
         variables=visitor.variables,
+        constants=visitor.constants,
         calls=sorted(visitor.module_calls),
         warnings=visitor.warnings,
     )
