@@ -65,7 +65,7 @@ def diff_cmd(
     show: bool = typer.Option(False, "--show", help="Print each changed function's unified diff, syntax-highlighted."),
     all_moved: bool = typer.Option(False, "--moved", help="List moved-only functions too (they are always counted)."),
     files: bool = typer.Option(False, "--files", help="List every changed file (default: counts and the first 40)."),
-    limit: int = typer.Option(200, "--limit", help="List at most this many function changes."),
+    limit: int = typer.Option(200, "--limit", help="List at most this many changes per table (functions, class fields, module constants)."),
     context: int = typer.Option(3, "--context", "-U", help="Context lines in diffs."),
     package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
