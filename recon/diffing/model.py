@@ -249,28 +249,15 @@ class FieldChange:
 
     def where(self) -> str:
         """``path:line`` of the assignment (B's; A's for a removal; both when it moved files)."""
-        a = f"{self.cls_old.path}:{self.old.lineno}" if self.old else None
-        b = f"{self.cls_new.path}:{self.new.lineno}" if self.new else None
-        if a and b and a != b:
-            if self.cls_old.path == self.cls_new.path:
-                return f"{a} -> {self.new.lineno}"  # type: ignore[union-attr]
-            return f"{a} -> {b}"
-        return b or a or ""
+        return _where(self.cls_old.path, self.cls_new.path, self.old, self.new)
 
     def side(self, which: str) -> str:
         """What one side says, ``int = 256`` (``-`` when the field is absent there)."""
-        f = self.old if which == "a" else self.new
-        return f.render() if f is not None else "-"
+        return _side(self.old if which == "a" else self.new)
 
     def detail(self) -> str:
         """One line: what differs, in words."""
-        bits = []
-        if self.old and self.new:
-            if "default" in self.parts:
-                bits.append(f"default {_or_none(self.old.value)} -> {_or_none(self.new.value)}")
-            if "annotation" in self.parts:
-                bits.append(f"annotation {_or_none(self.old.annotation)} -> "
-                            f"{_or_none(self.new.annotation)}")
+        bits = _differs(self.old, self.new, self.parts, value_part="default")
         if self.old_class:
             bits.append(f"class was {self.old_class}")
         return "; ".join(bits)
@@ -284,6 +271,35 @@ class FieldChange:
 
 def _or_none(text: str | None) -> str:
     return "(none)" if text is None else text
+
+
+# Class fields and module constants are both assignments: one way to place and describe them.
+
+def _where(path_old: str, path_new: str, old: ClassField | None, new: ClassField | None) -> str:
+    """``path:line`` of an assignment (B's; A's for a removal; both when it moved)."""
+    a = f"{path_old}:{old.lineno}" if old else None
+    b = f"{path_new}:{new.lineno}" if new else None
+    if a and b and a != b:
+        if path_old == path_new:
+            return f"{a} -> {new.lineno}"  # type: ignore[union-attr]
+        return f"{a} -> {b}"
+    return b or a or ""
+
+
+def _side(f: ClassField | None) -> str:
+    return f.render() if f is not None else "-"
+
+
+def _differs(old: ClassField | None, new: ClassField | None, parts: tuple[str, ...], *,
+             value_part: str) -> list[str]:
+    """``default 1 -> 2``, ``annotation int -> str``: what differs between two assignments."""
+    bits = []
+    if old and new:
+        if value_part in parts:
+            bits.append(f"{value_part} {_or_none(old.value)} -> {_or_none(new.value)}")
+        if "annotation" in parts:
+            bits.append(f"annotation {_or_none(old.annotation)} -> {_or_none(new.annotation)}")
+    return bits
 
 
 def constant_json(mod: ModuleInfo, name: str, f: ClassField | None) -> dict[str, Any] | None:
@@ -314,29 +330,15 @@ class ConstantChange:
 
     def where(self) -> str:
         """``path:line`` of the assignment (B's; A's for a removal; both when the file moved)."""
-        a = f"{self.mod_old.path}:{self.old.lineno}" if self.old else None
-        b = f"{self.mod_new.path}:{self.new.lineno}" if self.new else None
-        if a and b and a != b:
-            if self.mod_old.path == self.mod_new.path:
-                return f"{a} -> {self.new.lineno}"  # type: ignore[union-attr]
-            return f"{a} -> {b}"
-        return b or a or ""
+        return _where(self.mod_old.path, self.mod_new.path, self.old, self.new)
 
     def side(self, which: str) -> str:
         """What one side says, ``int = 15`` or ``= 'x'`` (``-`` when the name is absent there)."""
-        f = self.old if which == "a" else self.new
-        return f.render() if f is not None else "-"
+        return _side(self.old if which == "a" else self.new)
 
     def detail(self) -> str:
         """One line: what differs, in words."""
-        bits = []
-        if self.old and self.new:
-            if "value" in self.parts:
-                bits.append(f"value {_or_none(self.old.value)} -> {_or_none(self.new.value)}")
-            if "annotation" in self.parts:
-                bits.append(f"annotation {_or_none(self.old.annotation)} -> "
-                            f"{_or_none(self.new.annotation)}")
-        return "; ".join(bits)
+        return "; ".join(_differs(self.old, self.new, self.parts, value_part="value"))
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "qualname": self.qualname, "module": self.mod_new.name,
