@@ -225,7 +225,7 @@ def _print_change_diff(c: FunctionChange, out: Console = console) -> None:
 
 # -- bisect ----------------------------------------------------------------------------------------
 def bisect_cmd(
-    qualname: str = typer.Argument(..., help="The function: module:Class.method, dotted, or a unique suffix."),
+    qualname: str = typer.Argument(..., help="The function (module:Class.method, dotted, or a unique suffix), class field (module:Class.field) or module constant (module:NAME)."),
     versions: list[str] = typer.Option(..., "--versions", "-v", help="A PyPI range (vllm==0.28.0..0.33.0, vllm>=0.28,<0.34) or a comma-separated list of snapshots / SOURCEs / pins (repeatable)."),
     jobs: int = typer.Option(4, "--jobs", "-j", help="Parallel downloads and snapshots."),
     docstrings: bool = typer.Option(False, "--docstrings", help="Count docstring-only edits as changes."),
@@ -233,7 +233,7 @@ def bisect_cmd(
     package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Find the first release where a function changed, appeared or disappeared, and show that diff."""
+    """Find the first release where a function, class field or module constant changed, appeared or disappeared, and show that diff."""
     from ..bisect import bisect
 
     result = bisect(qualname, versions, jobs=jobs, count_docstrings=docstrings, context=context,
@@ -249,6 +249,9 @@ def _print_bisect(result: BisectResult) -> None:
 
     from ..diffing import highlighted
 
+    if result.target != "function":
+        _print_bisect_assignment(result)
+        return
     t = Table("release", "present", title=result.qualname)
     t.add_column("where", overflow="fold")
     t.add_column("hash")
@@ -267,6 +270,37 @@ def _print_bisect(result: BisectResult) -> None:
                   (fn.ast_hash or "?")[:10] if fn else "", sig,
                   _kind(row.status) + mark + (f"\n[dim]{escape(detail)}[/]" if detail else "")
                   + (f"\n[dim]{escape(row.note)}[/]" if row.note and fn else ""))
+    console.print(t)
+    console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
+    if result.diff:
+        console.print(highlighted(result.diff), end="", soft_wrap=True)
+    console.print(f"[dim]{result.seconds:.2f}s[/]")
+
+
+def _print_bisect_assignment(result: BisectResult) -> None:
+    """The table for a class field or module constant: where, the assignment, vs previous."""
+    from rich.table import Table
+
+    from ..diffing import highlighted
+
+    what = {"field": "class field", "constant": "module constant"}[result.target]
+    t = Table("release", "present", title=f"{result.qualname} ({what})")
+    t.add_column("where", overflow="fold")
+    t.add_column("assignment", overflow="fold")
+    t.add_column("vs previous", overflow="fold")
+    prev = None
+    for i, row in enumerate(result.rows):
+        a = row.assignment
+        mark = " [bold]<- first change[/]" if i == result.first_change else ""
+        detail = ""
+        if prev is not None and a is not None:
+            detail = "; ".join(f"{p} {getattr(prev.info, attr)} -> {getattr(a.info, attr)}"
+                               for p in row.parts
+                               for attr in ("annotation" if p == "annotation" else "value",))
+        t.add_row(escape(row.label), "yes" if a else "no",
+                  escape(a.location if a else (row.note or "-")), escape(a.text()) if a else "",
+                  _kind(row.status) + mark + (f"\n[dim]{escape(detail)}[/]" if detail else ""))
+        prev = a
     console.print(t)
     console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
     if result.diff:
