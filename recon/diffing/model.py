@@ -269,6 +269,18 @@ class FieldChange:
                 "new": field_json(self.cls_new, self.name, self.new)}
 
 
+def _change_summary(what: str, n: int, counts: dict[str, int], kinds: tuple[str, ...],
+                    owner: tuple[str, str], changed: int, compared: int) -> str:
+    """``N WHATs in K OWNERS (a kind, b kind); M OWNERS compared``, plurals right."""
+    def many(k: int, words: tuple[str, str]) -> str:
+        return f"{k} {words[0] if k == 1 else words[1]}"
+
+    detail = ", ".join(f"{counts[k]} {k}" for k in kinds if counts[k])
+    return (many(n, (what, what + "s"))
+            + (f" in {many(changed, owner)} ({detail})" if n else "")
+            + f"; {many(compared, owner)} compared")
+
+
 def _or_none(text: str | None) -> str:
     return "(none)" if text is None else text
 
@@ -378,13 +390,8 @@ class FieldDiff:
     def summary(self) -> str:
         """``5 field changes in 2 classes (1 added, 1 removed, 3 default); 40 classes compared``."""
         c = self.counts()
-        n = len(self.changes)
-        detail = ", ".join(f"{c[k]} {k}" for k in FIELD_KINDS if c[k])
-        return (f"{n} field change{'s' if n != 1 else ''}"
-                + (f" in {c['classes_changed']} class{'es' if c['classes_changed'] != 1 else ''}"
-                   f" ({detail})" if n else "")
-                + f"; {self.classes_compared} class{'es' if self.classes_compared != 1 else ''} "
-                "compared")
+        return _change_summary("field change", len(self.changes), c, FIELD_KINDS,
+                               ("class", "classes"), c["classes_changed"], self.classes_compared)
 
     def constant_counts(self) -> dict[str, int]:
         out = {k: 0 for k in CONSTANT_KINDS}
@@ -397,13 +404,8 @@ class FieldDiff:
     def constant_summary(self) -> str:
         """``3 module constant changes in 2 modules (1 added, 2 value); 12 modules compared``."""
         c = self.constant_counts()
-        n = len(self.constants)
-        detail = ", ".join(f"{c[k]} {k}" for k in CONSTANT_KINDS if c[k])
-        return (f"{n} module constant change{'s' if n != 1 else ''}"
-                + (f" in {c['modules_changed']} module{'s' if c['modules_changed'] != 1 else ''}"
-                   f" ({detail})" if n else "")
-                + f"; {self.modules_compared} module{'s' if self.modules_compared != 1 else ''} "
-                "compared")
+        return _change_summary("module constant change", len(self.constants), c, CONSTANT_KINDS,
+                               ("module", "modules"), c["modules_changed"], self.modules_compared)
 
     def to_json(self) -> dict[str, Any]:
         return {"summary": self.summary(), "counts": self.counts(),
