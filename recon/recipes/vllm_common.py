@@ -72,14 +72,21 @@ def _given(name):
     return property(lambda self: self.__dict__[name])
 
 
+_DEFAULTED = set()
+
+
+def _defaulted(key, name):
+    """An unmodelled attribute ``key`` of ``name`` was read: report it once (dunders stay missing)."""
+    if key.startswith("__") and key.endswith("__"):
+        raise AttributeError(key)
+    if name not in _DEFAULTED:
+        _DEFAULTED.add(name)
+        print(f"@@recon-vllm@@ defaulted {name}", flush=True)
+
+
 def _lenient_getattr(name):
     def __getattr__(self, key):
-        if key.startswith("__") and key.endswith("__"):
-            raise AttributeError(key)
-        full = f"{name}.{key}"
-        if full not in _DEFAULTED:
-            _DEFAULTED.add(full)
-            print(f"@@recon-vllm@@ defaulted {full}", flush=True)
+        _defaulted(key, f"{name}.{key}")
         return None
     return __getattr__
 
@@ -219,16 +226,8 @@ class Lenient(_types.SimpleNamespace):
         object.__setattr__(self, "_recon_name", _name)
 
     def __getattr__(self, key):
-        if key.startswith("__") and key.endswith("__"):
-            raise AttributeError(key)
-        name = f"{object.__getattribute__(self, '_recon_name')}.{key}"
-        if name not in _DEFAULTED:
-            _DEFAULTED.add(name)
-            print(f"@@recon-vllm@@ defaulted {name}", flush=True)
+        _defaulted(key, f"{object.__getattribute__(self, '_recon_name')}.{key}")
         return None
-
-
-_DEFAULTED = set()
 
 
 class Answers:
@@ -244,12 +243,7 @@ class Answers:
         self.__dict__["_recon_name"] = _name
 
     def __getattr__(self, key):
-        if key.startswith("__") and key.endswith("__"):
-            raise AttributeError(key)
-        name = f"{self.__dict__['_recon_name']}.{key}()"
-        if name not in _DEFAULTED:
-            _DEFAULTED.add(name)
-            print(f"@@recon-vllm@@ defaulted {name}", flush=True)
+        _defaulted(key, f"{self.__dict__['_recon_name']}.{key}()")
         return lambda *args, **kwargs: None
 
 
