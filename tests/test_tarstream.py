@@ -263,3 +263,25 @@ def test_negative_pax_size_is_refused() -> None:
         tf.addfile(ti, io.BytesIO(b"x"))
     with pytest.raises(ReconError, match="bad PAX size record '-5'"):
         _walk(buf.getvalue())
+
+
+def test_a_walk_stopped_early_stops_its_read_ahead_thread(tmp_path: Path) -> None:
+    """A squash that stops reading a compressed layer (an error, a hardlink found) must not
+    leave the decompression thread blocked on its queue, holding 16 MiB and the file."""
+    import threading
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name in ("a.py", "big.bin"):  # 48 MiB: more than the 16 blocks the thread may queue
+            data = b"x = 1\n" if name == "a.py" else bytes(48 << 20)
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    gz = tmp_path / "l.tar.gz"
+    gz.write_bytes(gzip.compress(buf.getvalue(), compresslevel=1))
+    with open(gz, "rb") as fh:
+        walk = tar_entries(fh, where="t")
+        next(walk)
+        assert any(t.name == "recon-readahead" for t in threading.enumerate())
+        walk.close()
+    assert not any(t.name == "recon-readahead" and t.is_alive() for t in threading.enumerate())

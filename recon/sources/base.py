@@ -170,8 +170,12 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
         raise
     except Exception as err:  # a gzip/zstd header the decompressor rejects at once
         raise ReconError(f"truncated or corrupt compressed data ({err})", where=where) from err
-    yield from tar_members(plain, where=where, seekable=False, strip=strip, prefix=prefix,
-                           max_size=max_layer_size)
+    try:
+        yield from tar_members(plain, where=where, seekable=False, strip=strip, prefix=prefix,
+                               max_size=max_layer_size)
+    finally:
+        if isinstance(plain, ReadAhead):  # a walk that stops early must stop the thread too
+            plain.close()
 
 
 def is_compressed(head: bytes) -> bool:

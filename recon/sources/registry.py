@@ -555,7 +555,7 @@ class RemoteLayer(Layer):
     def _plain(self, raw: IO[bytes]) -> IO[bytes]:
         """The tar stream of the cached blob: seekable when uncompressed, else forward-only."""
         from .base import decompressed, is_compressed
-        from .streams import BombGuard, CountingReader, ForwardReader
+        from .streams import CountingReader, ForwardReader
 
         head = raw.read(4)
         raw.seek(0)
@@ -566,8 +566,6 @@ class RemoteLayer(Layer):
             self.bytes_read += n
 
         plain = decompressed(io.BufferedReader(CountingReader(raw, on_read), 1 << 20), where=self.where)  # type: ignore[arg-type]
-        if self.max_layer_size is not None:
-            plain = io.BufferedReader(BombGuard(plain, self.max_layer_size, self.where), 1 << 20)  # type: ignore[assignment]
         return ForwardReader(plain)  # type: ignore[return-value]
 
     def entries(self) -> Iterator[Entry]:
@@ -590,9 +588,9 @@ class RemoteLayer(Layer):
 
         records = []
         offsets: list[int] = []
-        with open(cache.path(self.digest), "rb") as raw:
-            for entry in seekable_tar_entries(self._plain(raw), where=self.where,
-                                              on_offset=offsets.append):
+        with open(cache.path(self.digest), "rb") as raw, self._plain(raw) as plain:
+            for entry in seekable_tar_entries(plain, where=self.where, on_offset=offsets.append,
+                                              max_layer_size=self.max_layer_size):
                 rec = [entry.name, entry.kind, entry.size, entry.linkname, entry.mode, offsets[-1], None]
                 records.append(rec)
                 if entry.kind == FILE and entry.open is not None and 0 < entry.size <= TEE_MAX:
@@ -627,8 +625,7 @@ class RemoteLayer(Layer):
             offset, size = int(rec[5]), int(rec[2])
             stream = state.get("stream")
             if stream is None or stream.tell() > offset:  # first open, or out of order: restart
-                if state.get("raw") is not None:
-                    state["raw"].close()
+                _close(state)
                 state["raw"] = open(path, "rb")  # noqa: SIM115 - closed below
                 stream = state["stream"] = self._plain(state["raw"])
             stream.seek(offset)
@@ -646,10 +643,17 @@ class RemoteLayer(Layer):
                 opener = (lambda r=rec: open_at(r)) if kind == FILE else None  # noqa: E731
                 yield Entry(name, kind, size, linkname, mode, opener)
         finally:
-            if state.get("raw") is not None:
-                state["raw"].close()
+            _close(state)
         if any(known[id(r)] != r[6] for r in records):  # files newly kept: remember them
             cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
+
+
+def _close(state: dict[str, Any]) -> None:
+    """Close a listing read's decompressing stream (its read-ahead thread) and its file."""
+    for key in ("stream", "raw"):
+        fh = state.pop(key, None)
+        if fh is not None:
+            fh.close()
 
 
 def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: str | None,
