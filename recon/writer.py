@@ -137,13 +137,14 @@ class TreeWriter:
             return os.open(leaf, flags, _FILE_MODE, dir_fd=dfd)
 
     def write_stream(self, rel: str, src: IO[bytes], *, where: str = "", limit: int | None = None,
-                     chunk: int = 1 << 20) -> tuple[int, str]:
-        """Copy ``src`` into ``rel``; return (size, sha256 hex). Refuse more than ``limit`` bytes."""
+                     chunk: int = 1 << 20, digest: bool = True) -> tuple[int, str]:
+        """Copy ``src`` into ``rel``; return (size, sha256 hex, or "" with ``digest=False``).
+        Refuse more than ``limit`` bytes."""
         rel = clean_relpath(rel, where=where)
         dfd, leaf = self._parent_fd(rel, where=where)
         fd = self._create(dfd, leaf, rel)
         total = 0
-        digest = hashlib.sha256()
+        hasher = hashlib.sha256() if digest else None
         with os.fdopen(fd, "wb") as out:
             while True:
                 block = src.read(chunk)
@@ -155,9 +156,10 @@ class TreeWriter:
                         f"entry {rel!r} is larger than the size cap of {limit} bytes "
                         "(raise it with --max-file-size)", where=where or None)
                 out.write(block)
-                digest.update(block)
+                if hasher is not None:
+                    hasher.update(block)
         self.bytes_written += total
-        return total, digest.hexdigest()
+        return total, hasher.hexdigest() if hasher is not None else ""
 
     def write_bytes(self, rel: str, data: bytes, *, where: str = "") -> tuple[int, str]:
         """Write ``data`` to ``rel`` in one go; return (size, sha256 hex)."""

@@ -222,8 +222,9 @@ def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
         if progress is not None:
             progress(export, "start")
         with TreeWriter(tmp) as out:
+            # no sha256 of the whole archive: the layers inside are what gets hashed and cited
             out.write_stream("image.tar", io.BufferedReader(_ChunkReader(counted(chunks)), 1 << 20),
-                             where=f"docker save of {ref}")
+                             where=f"docker save of {ref}", digest=False)
         if progress is not None:
             progress(export, "done")
         saved = open_docker_archive(os.path.join(tmp, "image.tar"), platform=platform,
