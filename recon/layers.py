@@ -122,14 +122,13 @@ class LayerScan:
 
 @dataclass
 class Hider:
-    """What a set of upper layers hides; the merge's visibility rule, in one place.
+    """What a set of upper layers hides: the visibility rule, in one place.
 
-    A path is hidden if an upper layer has an entry at that very path, whites
-    it out, or whites out / makes opaque / replaces with a non-directory any
-    folder above it. The folder part is memoised per folder (tens of
-    thousands of files share a few thousand folders). Hiding is monotone
-    (more upper layers only hide more), so the scan can also use a partial
-    Hider to skip writing files already known to be hidden.
+    A path is hidden if an upper layer has an entry at that very path (or a
+    folder it implies), whites it out, or whites out / makes opaque / replaces
+    with a non-directory any folder above it. The folder part is memoised per
+    folder (tens of thousands of files share a few thousand folders). The scan
+    asks it before writing a file, the merge before recording one.
     """
 
     paths: set[int] = field(default_factory=set)
