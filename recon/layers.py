@@ -463,25 +463,22 @@ class Squasher:
         res = self.result
         upper = Hider()
         for scan in scans:  # top layer first
-            cur_paths: set[int] = set()
-            cur_nondirs: set[int] = set()
-            cur_folders: set[int] = set()  # folders the layer implies without an entry of their own
+            seen: set[int] = set()
             for name, kind in zip(scan.names, scan.kinds, strict=True):
                 res.entries_seen += 1
                 h = hash(name)
-                if h in cur_paths:
+                if h in seen:
                     res.duplicates += 1
                     continue  # the scan already kept the last of the duplicates
-                cur_paths.add(h)
-                _add_folders(name, cur_folders)
+                seen.add(h)
                 if kind == DIR:
                     continue
-                cur_nondirs.add(h)
                 if upper.hides(name):
                     assert name not in scan.captured, f"wrote {name}, hidden by an upper layer"
                     continue
                 self._visible(name, kind, scan)
-            upper.add(cur_paths | cur_folders, cur_nondirs, scan.whiteouts, scan.opaques)
+            # what this layer hides below it: the sets its scan built (paths with implied folders)
+            upper.add(scan.paths, scan.nondirs, scan.whiteouts, scan.opaques)
             res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
 
     def _visible(self, name: str, kind: str, scan: LayerScan) -> None:
