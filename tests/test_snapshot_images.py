@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -221,6 +225,47 @@ def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_pat
         take_snapshot(f"docker:{loaded}", out=tmp_path, package="nope")
     assert {c.id for c in docker_client.containers.list(all=True)} == before
     assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("layers", "sig"), [(False, signal.SIGINT), (False, signal.SIGTERM),
+                                            (True, signal.SIGINT), (True, signal.SIGTERM)])
+def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_client, tmp_path: Path,  # noqa: ANN001
+                                                       layers: bool, sig: signal.Signals) -> None:
+    """Ctrl-C or `kill` (SIGTERM: docker stop, a CI timeout) in the middle of `recon snapshot
+    docker:`: a real recon process, signalled once the engine holds its container (or its
+    `docker save` copy has started); the container, the copy and the staging folder all go,
+    and the exit status says which signal ended it."""
+    from recon.sources.daemon import CONTAINER_LABEL
+
+    label = {"label": f"{CONTAINER_LABEL}={loaded}"}
+    assert not docker_client.containers.list(all=True, filters=label)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    out = tmp_path / "out"
+    env = {**os.environ, "RECON_CACHE": str(cache)}
+    argv = [sys.executable, "-m", "recon", "snapshot", f"docker:{loaded}", "--package", "vllm",
+            "-o", str(out), "--name", "cut"] + (["--layers"] if layers else [])
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def started() -> bool:
+        if layers:  # the export has begun writing its temporary copy
+            return any(f.stat().st_size > 0 for f in cache.glob("tmp/docker-save-*/*"))
+        return bool(docker_client.containers.list(all=True, filters=label))
+
+    deadline = time.monotonic() + 60
+    while not started():
+        assert proc.poll() is None, f"recon ended before it was signalled: {proc.communicate()}"
+        assert time.monotonic() < deadline, "recon never got as far as the engine"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.decode().strip().splitlines()[-1] in ("recon: interrupted", "recon: terminated")
+    assert not docker_client.containers.list(all=True, filters=label)
+    assert not list(cache.glob("tmp/docker-save-*"))
+    assert not (out / "cut").exists()
+    assert not out.exists() or not any(out.iterdir())  # no staging folder left either
 
 
 @pytest.mark.docker

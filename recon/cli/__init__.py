@@ -7,9 +7,13 @@ Each verb lives in its own module under ``recon.cli`` and exposes
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import signal
 import sys
+from types import FrameType
+from typing import Any
 
 import typer
 
@@ -46,7 +50,37 @@ for _name in VERB_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point.
+
+    Ctrl-C and SIGTERM (``docker stop``, a CI timeout, ``kill``) both unwind as
+    KeyboardInterrupt, so the same clean-up runs for either (staging folders,
+    containers, temporary ``docker save`` copies); the exit status is 128 + the signal.
+    Typer turns the interruption into a silent exit 130, so the signal is recorded here.
+    """
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread (embedded use): leave them alone
+            old[sig] = signal.signal(sig, interrupt)
+    try:
+        _run(argv)
+    except (SystemExit, KeyboardInterrupt):
+        if not received:
+            raise
+        typer.echo("recon: interrupted" if received[0] == signal.SIGINT else "recon: terminated", err=True)
+        sys.exit(128 + received[0])
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _run(argv: list[str] | None) -> None:
+    """Run the app; every way out becomes an exit status and at most one line on stderr."""
     try:
         rc = app(args=argv, standalone_mode=False)
         if isinstance(rc, int) and rc:  # typer.Exit(n) comes back as a return value here

@@ -2,7 +2,8 @@
 
 The container is created and **never started**; files come from the engine's
 archive API (``GET /containers/{id}/archive``), which returns the engine's own
-squashed view. The container is removed in every case, Ctrl-C included.
+squashed view. The container is removed in every case, Ctrl-C included (the
+CLI turns SIGTERM into the same interruption).
 Per-file layer provenance is not available this way (the engine has already
 merged the layers): files are attributed to one layer standing for the
 engine's view. With ``--layers`` the image is instead exported through the
@@ -17,13 +18,14 @@ import contextlib
 import io
 import json
 import os
-import signal
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ReconError
 from .base import Entry, Image, ImageConfig, Layer, tar_entries
 
+CONTAINER_LABEL = "io.recon.snapshot"  # on the created container; its value is the image ref
 SAVE_EXPORT = "docker save export"  # media type of the stand-in layer that reports export progress
 PY_VERSIONS = [f"3.{m}" for m in range(8, 15)]
 PREFIXES = ["usr/local", "usr", "opt/conda", "opt/venv", "venv", "root/.local", "app/.venv"]
@@ -144,9 +146,11 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
     config = ImageConfig.from_image_json(attrs)
-    # Create (never start) a container; the command is a placeholder never run.
-    container = client.containers.create(image.id, command=["/recon-never-started"],
-                                         entrypoint=[], network_disabled=True)
+    # Create (never start) a container; the command is a placeholder never run. It is
+    # named up front so that a Ctrl-C arriving while the engine answers the create call
+    # (the container exists, the SDK has not returned it yet) can still remove it, and
+    # labelled so that `docker ps -a --filter label=CONTAINER_LABEL` finds any survivor.
+    name = f"recon-snapshot-{uuid.uuid4().hex[:12]}"
     removed = False
 
     def remove() -> None:
@@ -154,12 +158,12 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         if not removed:
             removed = True
             with contextlib.suppress(Exception):
-                container.remove(force=True)
+                client.api.remove_container(name, force=True)
 
-    old = signal.getsignal(signal.SIGTERM)
-    with contextlib.suppress(ValueError):  # not in the main thread: leave handlers alone
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        container = client.containers.create(image.id, command=["/recon-never-started"], name=name,
+                                             entrypoint=[], network_disabled=True,
+                                             labels={CONTAINER_LABEL: ref})
         roots = []
         for root in candidate_roots(config):
             st = _stat(client, container.id, "/" + root)
@@ -170,14 +174,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                 roots.append(root)
     except BaseException:
         remove()
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, old)
         raise
-
-    def close() -> None:
-        remove()
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, old)
 
     return Image(ref=f"docker:{ref}", scheme="docker", digest=image.id,
                  layers=[DaemonLayer(client, container.id, roots, image.id)], config=config,
@@ -185,7 +182,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                  extra={"repo_tags": image.tags, "container": container.id,
                         "repo_digests": attrs.get("RepoDigests") or [],
                         "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
-                 closer=close)
+                 closer=remove)
 
 
 def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
