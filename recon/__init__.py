@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from .errors import ReconError, UnsafeArchiveError
 from .snapshot import FileRecord, Snapshot, list_snapshots
+from .verify import Verification, verify_snapshot
 
 
 def snapshot(source: str, **kwargs):  # noqa: ANN201 - re-exported below
@@ -32,8 +33,10 @@ __all__ = [
     "ReconError",
     "Snapshot",
     "UnsafeArchiveError",
+    "Verification",
     "__version__",
     "list_snapshots",
     "open_snapshot",
     "snapshot",
+    "verify_snapshot",
 ]

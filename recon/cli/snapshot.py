@@ -1,4 +1,4 @@
-"""``recon snapshot SOURCE`` / ``recon snapshot ls`` / ``recon snapshot show NAME``."""
+"""``recon snapshot SOURCE`` / ``ls`` / ``show NAME`` / ``verify NAME``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 HELP = """Get a package's exact source out of an image without starting it.
 
 SOURCE is one of: docker:REF, docker-archive:PATH, oci:DIR, oci-archive:PATH,
-wheel:PATH, pip:SPEC, dir:PATH.  `recon snapshot ls` lists snapshots and
-`recon snapshot show NAME` prints one manifest."""
+registry:REF, wheel:PATH, pip:SPEC, dir:PATH.  `recon snapshot ls` lists
+snapshots, `recon snapshot show NAME` prints one manifest and `recon snapshot
+verify NAME` re-hashes its files against the manifest (exit 1 on any difference)."""
 
 
 def _parse_size(text: str) -> int:
@@ -90,9 +91,37 @@ def _show(snap: Snapshot, as_json: bool) -> None:
         console.print(lt)
 
 
+def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:
+    """Print what ``verify`` found; exit 1 when the files differ from the manifest."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ..verify import verify_snapshot
+
+    with Progress(console=err_console, transient=True,
+                  disable=as_json or quiet or not err_console.is_terminal) as bar:
+        task = bar.add_task(f"hashing {snap.name}", total=None)
+        found = verify_snapshot(snap, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if as_json:
+        emit_json(found.to_json())
+    elif found.ok:
+        if not quiet:
+            console.print(f"[green]{escape(snap.name)}: all {found.checked} files match the manifest[/]")
+    else:
+        t = Table(title=f"{escape(snap.name)} differs from its manifest",
+                  caption=f"{found.checked} recorded files checked")
+        t.add_column("what")
+        t.add_column("path")
+        for what, path in found.problems():
+            t.add_row(what, escape(path))
+        console.print(t)
+    if not found.ok:
+        raise typer.Exit(1)
+
+
 def snapshot_cmd(
-    source: str = typer.Argument(..., help="SOURCE, or 'ls', or 'show'."),
-    name: str | None = typer.Argument(None, help="With 'show': the snapshot name or path."),
+    source: str = typer.Argument(..., help="SOURCE, or 'ls', 'show' or 'verify'."),
+    name: str | None = typer.Argument(None, help="With 'show' or 'verify': the snapshot name or path."),
     package: str | None = typer.Option(None, "--package", "-p", help="Top-level package (default: vllm, then sglang)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder that holds snapshots (default ./snapshots)."),
     snap_name: str | None = typer.Option(None, "--name", "-n", help="Snapshot name (default PACKAGE-VERSION[-SCHEME-DIGEST])."),
@@ -126,11 +155,14 @@ def snapshot_cmd(
                       human_bytes(s["bytes"]), s["source"])
         console.print(t)
         return
-    if source == "show":
+    if source in ("show", "verify"):
         if not name:
-            raise typer.BadParameter("recon snapshot show NAME")
+            raise typer.BadParameter(f"recon snapshot {source} NAME")
         ref = str(out / name) if out is not None and not Path(name).exists() else name
-        _show(Snapshot.open(ref), as_json)
+        if source == "show":
+            _show(Snapshot.open(ref), as_json)
+            return
+        _verify(Snapshot.open(ref), as_json, quiet)
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
