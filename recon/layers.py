@@ -300,7 +300,8 @@ class Squasher:
                 hider = self._wait_for_upper(layer.index)
             return hider
 
-        for n, entry in enumerate(layer.entries()):
+        entries = layer.entries_under(self.extra_roots) if self.only_roots else layer.entries()
+        for n, entry in enumerate(entries):
             if n % 512 == 0 and self.progress:
                 self.progress(layer, "advance")
             name = entry.name

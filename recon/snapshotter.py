@@ -60,7 +60,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     base_dir.mkdir(parents=True, exist_ok=True)
     image = open_source(source, packages=packages, platform=platform,
                         max_layer_size=limits.max_layer_size, docker_layers=docker_layers,
-                        progress=progress)
+                        python=python, progress=progress)
     try:
         # Stage in a scratch folder first: the final name depends on the version found.
         with staging(base_dir, "snapshot") as work:

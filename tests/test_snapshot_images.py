@@ -203,8 +203,16 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
         "oci-archive": f"oci-archive:{oci_layouts['archive']}",
     }
     assert len(umoci_tree) > 3000
+    first = None
     for label, ref in refs.items():
         snap = take_snapshot(ref, out=tmp_path / label, package="vllm")
+        first = first or snap
+        # the same interpreter, import root and installed distributions, whichever way it was read
+        # (the engine's merged view cannot say which layer a distribution came from)
+        assert snap.manifest["python"] == first.manifest["python"], label
+        assert [{k: v for k, v in d.items() if k != "layer"} for d in snap.manifest["distributions"]] == \
+            [{k: v for k, v in d.items() if k != "layer"} for d in first.manifest["distributions"]], label
+        assert snap.manifest["package"] == first.manifest["package"], label
         got = snapshot_fingerprint(snap)
         missing = sorted(set(umoci_tree) - set(got))[:5]
         extra = sorted(set(got) - set(umoci_tree))[:5]

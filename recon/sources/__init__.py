@@ -24,7 +24,7 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
                 max_layer_size: int | None = None, insecure: bool | None = None,
-                docker_layers: bool = False,
+                docker_layers: bool = False, python: str | None = None,
                 progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open ``ref`` without starting anything; the caller must ``close()`` the image.
 
@@ -33,6 +33,7 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     (``docker:`` only) reads the image's layers through ``docker save``
     instead of the engine's merged view, so each file's layer is known;
     ``progress`` then follows the export as a stand-in layer of index -1.
+    ``python`` (``docker:`` only) is ``--python``: its prefix is searched too.
     """
     scheme, rest = split_ref(ref)
     if docker_layers and scheme != "docker":
@@ -46,7 +47,7 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
         from .daemon import open_daemon
 
         return open_daemon(rest, packages=packages, platform=platform, via_save=docker_layers,
-                           max_layer_size=max_layer_size, progress=progress)
+                           max_layer_size=max_layer_size, python=python, progress=progress)
     if scheme == "docker-archive":
         from .archive import open_docker_archive
 

@@ -92,6 +92,12 @@ class Layer:
     def entries(self) -> Iterator[Entry]:
         raise NotImplementedError
 
+    def entries_under(self, roots: list[str]) -> Iterator[Entry]:
+        """Entries under ``roots`` (folders relative to the image root). A layer stream has
+        to be read whole anyway, so by default this is :meth:`entries` and the squash
+        filters; a source that reads folders on request (the engine view) reads only these."""
+        return self.entries()
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "digest": self.digest, "size": self.size}
         if self.diff_id:

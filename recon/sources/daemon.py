@@ -4,6 +4,16 @@ The container is created and **never started**; files come from the engine's
 archive API (``GET /containers/{id}/archive``), which returns the engine's own
 squashed view. The container is removed in every case, Ctrl-C included (the
 CLI turns SIGTERM into the same interruption).
+
+The engine cannot list a folder without sending everything under it, so what
+to read is found by asking for paths by name (a ``HEAD`` per path): the site
+folders of every prefix the image config points at, the package folder in
+each, and ``python3``/``python`` on the image's ``PATH`` (links followed hop by
+hop) with their ``pyvenv.cfg``. Site folders holding the package are read
+whole (their ``.pth`` files and ``*.dist-info`` are the installed
+distributions); if none holds it by name, every site folder is read, to find
+an editable install or a ``.pth`` entry; folders those point at, and the
+target of a symlinked package folder, are then read in a second pass.
 Per-file layer provenance is not available this way (the engine has already
 merged the layers): files are attributed to one layer standing for the
 engine's view. With ``--layers`` the image is instead exported through the
@@ -18,16 +28,20 @@ import contextlib
 import io
 import json
 import os
+import posixpath
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ReconError
-from .base import Entry, Image, ImageConfig, Layer, tar_entries
+from ..locate import DEFAULT_PATH
+from .base import FILE, SYMLINK, Entry, Image, ImageConfig, Layer, tar_entries
 
 CONTAINER_LABEL = "io.recon.snapshot"  # on the created container; its value is the image ref
 SAVE_EXPORT = "docker save export"  # media type of the stand-in layer that reports export progress
 PY_VERSIONS = [f"3.{m}" for m in range(8, 15)]
+GO_MODE_SYMLINK = 1 << 27  # os.FileMode bits in the engine's stat header
+MAX_LINK_HOPS = 8
 PREFIXES = ["usr/local", "usr", "opt/conda", "opt/venv", "venv", "root/.local", "app/.venv"]
 
 
@@ -77,18 +91,23 @@ def _stat(client: Any, cid: str, path: str) -> dict[str, Any] | None:
     return json.loads(base64.b64decode(raw)) if raw else {}
 
 
-def candidate_roots(config: ImageConfig) -> list[str]:
-    """Folders where an importable package may live, most likely first."""
+def candidate_roots(config: ImageConfig, python: str | None = None) -> list[str]:
+    """Folders where an importable package may live, most likely first: ``PYTHONPATH``,
+    then the site folders of every prefix the image points at (``VIRTUAL_ENV``,
+    ``CONDA_PREFIX``, each ``PATH`` entry ending in ``bin``, ``--python``'s own
+    prefix) and of the usual ones, for every Python 3 minor version."""
     env = config.env_dict()
     roots: list[str] = []
     for item in (env.get("PYTHONPATH") or "").split(":"):
         if item.strip("/"):
             roots.append(item.strip("/"))
     prefixes: list[str] = []
+    if python:
+        prefixes.append(posixpath.dirname(posixpath.dirname(python.strip("/"))))
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         if env.get(var):
             prefixes.append(env[var].strip("/"))
-    for d in (env.get("PATH") or "").split(":"):
+    for d in (env.get("PATH") or DEFAULT_PATH).split(":"):
         if d.endswith("/bin"):
             prefixes.append(d[:-4].strip("/"))
     prefixes += PREFIXES
@@ -106,30 +125,96 @@ def candidate_roots(config: ImageConfig) -> list[str]:
     return roots
 
 
-class DaemonLayer(Layer):
-    """The engine's merged view of the folders that hold candidate packages."""
+def _link_target(st: dict[str, Any]) -> str | None:
+    """The link target the engine reports for a symlink (an absolute path in the image)."""
+    if int(st.get("mode") or 0) & GO_MODE_SYMLINK:
+        return str(st.get("linkTarget") or "") or None
+    return None
 
-    def __init__(self, client: Any, cid: str, roots: list[str], digest: str) -> None:
+
+def _interpreters(client: Any, cid: str, config: ImageConfig, python: str | None) -> tuple[list[Entry], list[str]]:
+    """The interpreters on the image's ``PATH`` (and ``--python``), found by stat alone.
+
+    The engine cannot list a folder without sending all of it, and ``/usr/bin``
+    can be large, so each likely name is asked for: ``python3`` and ``python``
+    in every ``PATH`` folder, following links hop by hop. They come back as
+    stand-in entries (links as links, files empty), which is all the squash
+    needs to decide which copy of the package that interpreter imports. Also
+    returns the ``pyvenv.cfg`` files next to those ``bin`` folders.
+    """
+    env = config.env_dict()
+    dirs = [d.strip("/") for d in (env.get("PATH") or DEFAULT_PATH).split(":") if d.strip("/")]
+    names = [f"{d}/{exe}" for d in dirs for exe in ("python3", "python")]
+    if python:
+        names.insert(0, python.strip("/"))
+    stubs: dict[str, Entry] = {}
+    for start in names:
+        path = start
+        for _hop in range(MAX_LINK_HOPS):
+            if path in stubs:
+                break
+            st = _stat(client, cid, "/" + path)
+            if st is None:
+                break
+            target = _link_target(st)
+            if target is None:
+                stubs[path] = Entry(path, FILE, size=0, mode=0o755, open=lambda: io.BytesIO(b""))
+                break
+            stubs[path] = Entry(path, SYMLINK, linkname=target)
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target)).lstrip("/")
+    cfgs = []
+    for d in dict.fromkeys(posixpath.dirname(n) for n in names):
+        if d.endswith("bin") and _stat(client, cid, f"/{posixpath.dirname(d)}/pyvenv.cfg") is not None:
+            cfgs.append(f"{posixpath.dirname(d)}/pyvenv.cfg".lstrip("/"))
+    return list(stubs.values()), cfgs
+
+
+class DaemonLayer(Layer):
+    """The engine's merged view: the folders that hold candidate packages, read through the
+    archive API, plus stand-ins for the interpreters and their ``pyvenv.cfg``."""
+
+    def __init__(self, client: Any, cid: str, roots: list[str], digest: str,
+                 stubs: list[Entry] | None = None, small_files: list[str] | None = None) -> None:
         super().__init__(0, digest, media_type="docker-engine-view")
         self.client = client
         self.cid = cid
         self.roots = roots
+        self.stubs = stubs or []
+        self.small_files = small_files or []
 
     def entries(self) -> Iterator[Entry]:
-        for root in self.roots:
-            chunks, _stat = self.client.api.get_archive(self.cid, "/" + root, chunk_size=1 << 20)
-            parent = os.path.dirname(root)
-            reader = io.BufferedReader(_ChunkReader(iter(chunks)), 1 << 20)
-            for entry in tar_entries(reader, where=f"docker archive of /{root}"):
-                if parent and entry.name:
-                    entry.name = f"{parent}/{entry.name}"
-                    if entry.kind == "hardlink" and entry.linkname:
-                        entry.linkname = f"{parent}/{entry.linkname}"
-                yield entry
+        yield from self.stubs
+        for path in [*self.small_files, *self.roots]:
+            yield from self._read(path)
+
+    def entries_under(self, roots: list[str]) -> Iterator[Entry]:
+        """Only ``roots``, asked for by name: the folders a ``.pth`` file, an editable
+        install or a symlinked package folder pointed at, found in the first pass."""
+        for root in roots:
+            if _stat(self.client, self.cid, "/" + root) is not None:
+                yield from self._read(root)
+
+    def _read(self, path: str) -> Iterator[Entry]:
+        """Everything under ``path`` (or the file itself), named from the image root."""
+        chunks, _stat_info = self.client.api.get_archive(self.cid, "/" + path, chunk_size=1 << 20)
+
+        def counted() -> Iterator[bytes]:
+            for chunk in chunks:
+                self.bytes_read += len(chunk)
+                yield chunk
+
+        parent = os.path.dirname(path)
+        reader = io.BufferedReader(_ChunkReader(counted()), 1 << 20)
+        for entry in tar_entries(reader, where=f"docker archive of /{path}"):
+            if parent and entry.name:
+                entry.name = f"{parent}/{entry.name}"
+                if entry.kind == "hardlink" and entry.linkname:
+                    entry.linkname = f"{parent}/{entry.linkname}"
+            yield entry
 
 
 def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
-                via_save: bool = False, max_layer_size: int | None = None,
+                via_save: bool = False, max_layer_size: int | None = None, python: str | None = None,
                 progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open an image of the local engine: its merged view through a created (never started)
     container, or with ``via_save`` its layers through ``docker save``."""
@@ -164,20 +249,19 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         container = client.containers.create(image.id, command=["/recon-never-started"], name=name,
                                              entrypoint=[], network_disabled=True,
                                              labels={CONTAINER_LABEL: ref})
-        roots = []
-        for root in candidate_roots(config):
-            st = _stat(client, container.id, "/" + root)
-            if st is None:
-                continue
-            if any(_stat(client, container.id, f"/{root}/{p}") is not None for p in packages) or \
-                    not packages:
-                roots.append(root)
+        existing = [r for r in candidate_roots(config, python) if _stat(client, container.id, "/" + r) is not None]
+        roots = [r for r in existing
+                 if not packages or any(_stat(client, container.id, f"/{r}/{p}") is not None for p in packages)]
+        # No folder holds the package by name: it may be installed editable (a .pth file or an
+        # editable finder pointing elsewhere), so every site folder is read to find out.
+        roots = roots or existing
+        stubs, cfgs = _interpreters(client, container.id, config, python)
     except BaseException:
         remove()
         raise
 
     return Image(ref=f"docker:{ref}", scheme="docker", digest=image.id,
-                 layers=[DaemonLayer(client, container.id, roots, image.id)], config=config,
+                 layers=[DaemonLayer(client, container.id, roots, image.id, stubs, cfgs)], config=config,
                  platform=f"{config.os}/{config.architecture}" if config.os else None,
                  extra={"repo_tags": image.tags, "container": container.id,
                         "repo_digests": attrs.get("RepoDigests") or [],
