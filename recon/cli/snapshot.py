@@ -23,12 +23,16 @@ snapshots, `recon snapshot show NAME` prints one manifest and `recon snapshot
 verify NAME` re-hashes its files against the manifest (exit 1 on any difference)."""
 
 
-def _parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().rstrip("ib").rstrip("b") if text[-1:].lower() in "ib" else text.lower()
-    if t and t[-1] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(t)
+def _parse_size(text: str, option: str) -> int:
+    """``512M``, ``16G``, ``1.5GiB``, ``4096`` -> bytes; anything else is a usage error."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise typer.BadParameter(f"{text!r} is not a size (examples: 4096, 512M, 16G, 1.5GiB)",
+                                 param_hint=option)
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    return int(float(m.group(1)) * units[m.group(2).lower()])
 
 
 def summary(snap: Snapshot) -> dict[str, Any]:
@@ -171,7 +175,9 @@ def snapshot_cmd(
 
     if insecure:
         os.environ["RECON_REGISTRY_INSECURE"] = "1"
-    limits = CaptureLimits(_parse_size(max_file_size), _parse_size(max_total_size), _parse_size(max_layer_size))
+    limits = CaptureLimits(_parse_size(max_file_size, "--max-file-size"),
+                           _parse_size(max_total_size, "--max-total-size"),
+                           _parse_size(max_layer_size, "--max-layer-size"))
     show_progress = not (as_json or quiet) and err_console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=err_console, transient=True,
