@@ -133,7 +133,7 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
-    """The fastest gzip decompressor available (ISA-L if installed, else zlib)."""
+    """The fastest gzip decompressor here: ISA-L (a dependency), zlib where it could not be installed."""
     try:
         from isal import igzip  # type: ignore[import-not-found]
 
