@@ -8,6 +8,7 @@ cheaply and interpreters are found by stat), and both must agree.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from recon.errors import ReconError
 from recon.snapshotter import take_snapshot
 from tests.imagekit import LayerBuilder, write_docker_archive
+from tests.kit import run_cli
 
 _tags = itertools.count()
 
@@ -65,7 +67,8 @@ PATH_SYS = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PATH_VENV = "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def test_venv_first_on_path_wins(tmp_path: Path, source: Callable[[Path], str]) -> None:
+def test_venv_first_on_path_wins(tmp_path: Path, source: Callable[[Path], str],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
     def build(lb: LayerBuilder) -> None:
         _pkg(lb, SYS, "0.32.0")
         _pkg(lb, VENV, "0.33.0")
@@ -83,6 +86,13 @@ def test_venv_first_on_path_wins(tmp_path: Path, source: Callable[[Path], str]) 
     # the same image with the system python first on PATH takes the system copy
     snap2 = take_snapshot(ref, out=tmp_path / "o2", python="/usr/local/bin/python3")
     assert snap2.version == "0.32.0"
+    # the CLI says so on stderr, and --json carries the other copies for scripts
+    code, out, err = run_cli(capsys, "snapshot", ref, "-o", str(tmp_path / "o3"), "--json")
+    assert code == 0
+    assert json.loads(out)["other_copies"] == [f"/{SYS}/vllm"]
+    assert " ".join(err.split()) == (
+        f"note: 1 other copy of vllm in the image (/{SYS}/vllm); took /{VENV}/vllm, the one "
+        "/opt/venv/bin/python3 imports; --python picks another interpreter")
 
 
 def test_pythonpath_beats_site_packages(tmp_path: Path, source: Callable[[Path], str]) -> None:

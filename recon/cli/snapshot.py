@@ -44,6 +44,7 @@ def summary(snap: Snapshot) -> dict[str, Any]:
         "files": m["stats"]["files"], "bytes": m["stats"]["bytes"],
         "python": (m.get("python") or {}).get("version"), "created": m.get("created"),
         "parent": (m.get("parent") or {}).get("name") if m.get("parent") else None,
+        "import_root": m["package"].get("import_root"), "other_copies": m["package"].get("other_copies", []),
     }
 
 
@@ -194,6 +195,13 @@ def snapshot_cmd(
         snap = take_snapshot(source, name=snap_name, out=out, package=package, python=python,
                              include=include, all_files=all_files, platform=platform, limits=limits,
                              force=force, progress=on_layer, docker_layers=layers)
+    pkg, py = snap.manifest["package"], snap.manifest.get("python") or {}
+    if pkg.get("other_copies") and not quiet:  # say so: the image holds more than one copy
+        by = f"the one {py['executable']} imports" if py.get("executable") else "by search order"
+        n = len(pkg["other_copies"])
+        err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {pkg['name']} in the image "
+                          f"({escape(', '.join(pkg['other_copies']))}); took {escape(pkg['real_path'])}, "
+                          f"{escape(by)}; --python picks another interpreter")
     if as_json:
         emit_json(summary(snap))
     elif not quiet:
