@@ -159,3 +159,48 @@ def test_cli_no_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str], monke
     assert err.strip().splitlines() == [
         f"recon: error: no Docker engine answers at unix://{tmp_path}/no-engine.sock (start dockerd or set "
         "DOCKER_HOST); docker-archive:/oci: sources need no engine"]
+
+
+def test_progress_follows_each_layer_in_bytes(tmp_path: Path) -> None:
+    """What the per-layer progress bars are drawn from: every layer starts, advances in bytes
+    and ends having read at least all its members (the reader stops at the end-of-archive
+    marker, before the tar's zero padding) and at most the layer's size."""
+    import tarfile
+
+    top = LayerBuilder(tmp_path / "l1.tar")
+    for i in range(600):  # enough entries for several progress updates
+        top.file(f"{V}/gen/m{i}.py", b"x = %d\n" % i)
+    archive = _archive(tmp_path, _base(tmp_path), top)
+    events: dict[int, list[tuple[str, int]]] = {}
+    take_snapshot(f"docker-archive:{archive}", out=tmp_path / "o",
+                  progress=lambda layer, ev: events.setdefault(layer.index, []).append((ev, layer.bytes_read)))
+    assert sorted(events) == [0, 1]
+    for index in (0, 1):
+        evs = events[index]
+        assert evs[0][0] == "start" and evs[-1][0] == "done"
+        seen = [b for _, b in evs]
+        assert seen == sorted(seen)
+        with tarfile.open(tmp_path / f"l{index}.tar") as tf:
+            last = tf.getmembers()[-1]
+        end_of_members = last.offset_data + -(-last.size // 512) * 512
+        assert end_of_members <= evs[-1][1] <= (tmp_path / f"l{index}.tar").stat().st_size
+    assert sum(ev == "advance" for ev, _ in events[1]) >= 2
+
+
+def test_ls_and_show_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    top = LayerBuilder(tmp_path / "l1.tar").file(f"{V}/hotfix.py", b"FIX = 1\n")
+    archive = _archive(tmp_path, _base(tmp_path), top)
+    out = tmp_path / "o"
+    take_snapshot(f"docker-archive:{archive}", out=out, name="img")
+    code, text, _ = run_cli(capsys, "snapshot", "ls", "-o", str(out))
+    assert code == 0
+    row = next(line for line in text.splitlines() if "img" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")][:4] == ["img", "vllm", "1.0", "4"]
+    code, text, _ = run_cli(capsys, "snapshot", "show", "img", "-o", str(out))
+    assert code == 0
+    assert f"vllm 1.0 at /{V}" in text
+    # the layers table: three files from layer 0, the hot-fix from layer 1
+    lines = text.splitlines()
+    below = lines[next(i for i, line in enumerate(lines) if "package files" in line) + 1:]
+    counts = [line.split("│")[-2].strip() for line in below if "sha256:" in line]
+    assert counts == ["3", "1"]

@@ -110,6 +110,7 @@ class BlobLayer(Layer):
                     yield from seekable_tar_entries(
                         raw, where=f"layer {self.index} ({self.digest[:19]})",
                         on_offset=lambda n: setattr(self, "bytes_read", n))
+                    self.bytes_read = raw.tell()  # through the end-of-archive marker
                     return
             counted = CountingReader(raw, on_read)
             import io
