@@ -10,6 +10,7 @@ processes, each into a fresh folder after a ``sync``:
 * the reference, ``docker cp`` of the vllm folder (every file, binaries too);
 * recon through the engine's merged view (default: source files only), and
   with ``--all-files`` (the same bytes as ``docker cp``);
+* recon with ``--package-only`` (the package folder alone, no distributions list);
 * recon with ``--layers`` (through ``docker save``: per-layer provenance);
 * ``docker create`` + ``docker rm`` alone: both the reference and recon's
   engine view pay it, and with the vfs storage driver (the private engine
@@ -79,6 +80,7 @@ def main() -> None:
     best("docker create + docker cp of the vllm folder + docker rm", docker_cp)
     best("recon docker: (engine view, source files)", recon("a"))
     best("recon docker: --all-files (engine view, same bytes as docker cp)", recon("b", "--all-files"))
+    best("recon docker: --package-only (engine view, the vllm folder alone)", recon("d", "--package-only"))
     best("recon docker: --layers (docker save, per-layer provenance)", recon("c", "--layers"))
     shutil.rmtree(work, ignore_errors=True)
 
@@ -106,12 +108,13 @@ def phases(repeat: int) -> None:
                             ("docker cp of the whole site folder, to a pipe", SITE)):
             rows[label] = min(timed(["bash", "-c", f"docker cp {cid}:/{path} - > /dev/null"])[0]
                               for _ in range(repeat))
-        best = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            n = sum(1 for _ in DaemonLayer(client, cid, [SITE], "x").entries())
-            best.append(time.perf_counter() - t0)
-        rows[f"recon's engine-view read of the site folder ({n} entries, nothing written)"] = min(best)
+        for label, path in (("the site folder (default)", SITE), ("the vllm folder (--package-only)", f"{SITE}/vllm")):
+            best = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                n = sum(1 for _ in DaemonLayer(client, cid, [path], "x").entries())
+                best.append(time.perf_counter() - t0)
+            rows[f"recon's engine-view read of {label}: {n} entries, nothing written"] = min(best)
     finally:
         subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
     ref = rows["docker cp of the vllm folder, to a pipe"]

@@ -161,7 +161,9 @@ def package_version(scan: ScanResult, copy: Copy, dists: list[dict[str, str]],
     # the copy's own source says best what it is (a checkout on PYTHONPATH, an editable install)
     for data in src_files.values():
         if data:
-            m = re.search(rb"""__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", data)
+            # `__version__ = "1.0"`, `__version__: str = "1.0"`, and setuptools-scm's
+            # `__version__ = version = '0.33.0'` (vLLM's and SGLang's _version.py)
+            m = re.search(rb"""__version__\s*(?::\s*str\s*)?=\s*(?:\w+\s*=\s*)?['"]([^'"]+)['"]""", data)
             if m:
                 return m.group(1).decode()
     anywhere = [d for d in dists if canonicalize_name(d["name"]) == want]

@@ -51,7 +51,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                   include: Iterable[str] = (), all_files: bool = False,
                   platform: str | None = None, limits: CaptureLimits | None = None,
                   force: bool = False, progress: ProgressFn | None = None,
-                  docker_layers: bool = False) -> Snapshot:
+                  docker_read: str = "site") -> Snapshot:
     """Snapshot ``source`` (``docker:``, ``docker-archive:``, ``oci:``, ``oci-archive:``,
     ``wheel:``, ``pip:``, ``dir:``) and return the opened :class:`Snapshot`."""
     limits = limits or CaptureLimits()
@@ -59,7 +59,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     base_dir = Path(out) if out else snapshots_dir()
     base_dir.mkdir(parents=True, exist_ok=True)
     image = open_source(source, packages=packages, platform=platform,
-                        max_layer_size=limits.max_layer_size, docker_layers=docker_layers,
+                        max_layer_size=limits.max_layer_size, docker_read=docker_read,
                         python=python, progress=progress)
     try:
         # Stage in a scratch folder first: the final name depends on the version found.

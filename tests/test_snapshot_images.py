@@ -285,7 +285,7 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
 
     before = {c.id for c in docker_client.containers.list(all=True)}
     events: list[tuple[int, str, int]] = []
-    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_layers=True,
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_read="layers",
                          progress=lambda layer, ev: events.append((layer.index, ev, layer.bytes_read)))
     export = [e for e in events if e[0] == -1]  # the export itself, followed like a layer
     assert export[0][1] == "start" and export[-1][1] == "done"
@@ -302,8 +302,24 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
         docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
     assert {c.id for c in docker_client.containers.list(all=True)} == before
     assert not list((cache_dir() / "tmp").glob("docker-save-*"))
+    assert snap.manifest["source"]["read"] == "docker save"
     with pytest.raises(ReconError, match="--layers is for docker: sources"):
-        take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "x", docker_layers=True)
+        take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "x", docker_read="layers")
+
+
+@pytest.mark.docker
+def test_engine_source_package_only(loaded: str, umoci_tree: dict[str, tuple[str, str]],
+                                    tmp_path: Path) -> None:
+    """--package-only reads the vllm folder alone: the same files as umoci's unpack of the
+    whole image, the version from the package's own _version.py, no distributions list."""
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", docker_read="package")
+    assert snapshot_fingerprint(snap) == umoci_tree
+    assert snap.version == "0.33.0"
+    assert snap.manifest["source"]["read"] == "package folders only"
+    assert snap.manifest["distributions"] == []
+    assert snap.manifest["python"]["executable"] == "/usr/local/bin/python3"
+    with pytest.raises(ReconError, match="--package-only is for docker: sources"):
+        take_snapshot("pip:vllm==0.33.0", out=tmp_path / "x", docker_read="package")
 
 
 @pytest.mark.docker

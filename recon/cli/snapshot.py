@@ -140,6 +140,7 @@ def snapshot_cmd(
     force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
     insecure: bool = typer.Option(False, "--insecure", help="registry: plain HTTP, loopback registries only."),
     layers: bool = typer.Option(False, "--layers", help="docker: read the layers through `docker save` (a temporary copy of the image under the cache) to record the layer each file came from."),
+    package_only: bool = typer.Option(False, "--package-only", help="docker: read only the package folder through the engine, not the whole site folder (faster with gigabytes of CUDA libraries; no installed-distributions list)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
@@ -174,6 +175,9 @@ def snapshot_cmd(
     from ..layers import CaptureLimits
     from ..snapshotter import take_snapshot
 
+    if layers and package_only:
+        raise typer.BadParameter("choose one of --layers and --package-only")
+    docker_read = "layers" if layers else "package" if package_only else "site"
     if insecure:
         os.environ["RECON_REGISTRY_INSECURE"] = "1"
     limits = CaptureLimits(_parse_size(max_file_size, "--max-file-size"),
@@ -194,7 +198,7 @@ def snapshot_cmd(
     with progress:
         snap = take_snapshot(source, name=snap_name, out=out, package=package, python=python,
                              include=include, all_files=all_files, platform=platform, limits=limits,
-                             force=force, progress=on_layer, docker_layers=layers)
+                             force=force, progress=on_layer, docker_read=docker_read)
     pkg, py = snap.manifest["package"], snap.manifest.get("python") or {}
     if pkg.get("other_copies") and not quiet:  # say so: the image holds more than one copy
         by = f"the one {py['executable']} imports" if py.get("executable") else "by search order"

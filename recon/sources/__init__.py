@@ -24,20 +24,23 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
                 max_layer_size: int | None = None, insecure: bool | None = None,
-                docker_layers: bool = False, python: str | None = None,
+                docker_read: str = "site", python: str | None = None,
                 progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open ``ref`` without starting anything; the caller must ``close()`` the image.
 
     ``insecure`` (``registry:`` only) allows plain HTTP to a loopback registry;
-    ``None`` defers to ``RECON_REGISTRY_INSECURE``. ``docker_layers``
-    (``docker:`` only) reads the image's layers through ``docker save``
-    instead of the engine's merged view, so each file's layer is known;
-    ``progress`` then follows the export as a stand-in layer of index -1.
+    ``None`` defers to ``RECON_REGISTRY_INSECURE``. ``docker_read``
+    (``docker:`` only, see :func:`recon.sources.daemon.open_daemon`) is
+    ``"site"`` (the engine's merged view, site folders read whole),
+    ``"package"`` (package folders only) or ``"layers"`` (through ``docker
+    save``, so each file's layer is known; ``progress`` then follows the
+    export as a stand-in layer of index -1).
     ``python`` (``docker:`` only) is ``--python``: its prefix is searched too.
     """
     scheme, rest = split_ref(ref)
-    if docker_layers and scheme != "docker":
-        raise ReconError(f"--layers is for docker: sources; {scheme}: records each file's layer already")
+    if docker_read != "site" and scheme != "docker":
+        flag = "--layers" if docker_read == "layers" else "--package-only"
+        raise ReconError(f"{flag} is for docker: sources ({scheme}: reads its layers directly)")
     if scheme == "registry":
         from .registry import open_registry
 
@@ -46,7 +49,7 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     if scheme == "docker":
         from .daemon import open_daemon
 
-        return open_daemon(rest, packages=packages, platform=platform, via_save=docker_layers,
+        return open_daemon(rest, packages=packages, platform=platform, read=docker_read,
                            max_layer_size=max_layer_size, python=python, progress=progress)
     if scheme == "docker-archive":
         from .archive import open_docker_archive

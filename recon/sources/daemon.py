@@ -213,11 +213,23 @@ class DaemonLayer(Layer):
             yield entry
 
 
+READS = ("site", "package", "layers")
+
+
 def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
-                via_save: bool = False, max_layer_size: int | None = None, python: str | None = None,
+                read: str = "site", max_layer_size: int | None = None, python: str | None = None,
                 progress: Callable[[Layer, str], None] | None = None) -> Image:
-    """Open an image of the local engine: its merged view through a created (never started)
-    container, or with ``via_save`` its layers through ``docker save``."""
+    """Open an image of the local engine.
+
+    ``read`` says how: ``"site"``, the merged view through a created (never
+    started) container, every site folder that holds the package read whole
+    (installed distributions listed); ``"package"``, the same view but only the
+    package folders (no distributions list; much less to read when
+    site-packages holds gigabytes of CUDA libraries); ``"layers"``, the image's
+    layers through ``docker save`` (each file's layer recorded).
+    """
+    if read not in READS:
+        raise ReconError(f"unknown engine read {read!r}: one of {', '.join(READS)}")
     client = _client()
     import docker.errors
 
@@ -227,7 +239,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
     except docker.errors.APIError as err:
         raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
-    if via_save:
+    if read == "layers":
         return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
     config = ImageConfig.from_image_json(attrs)
@@ -250,8 +262,13 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                                              entrypoint=[], network_disabled=True,
                                              labels={CONTAINER_LABEL: ref})
         existing = [r for r in candidate_roots(config, python) if _stat(client, container.id, "/" + r) is not None]
-        roots = [r for r in existing
-                 if not packages or any(_stat(client, container.id, f"/{r}/{p}") is not None for p in packages)]
+        found = [f"{r}/{p}" for r in existing for p in packages
+                 if _stat(client, container.id, f"/{r}/{p}") is not None]
+        package_only = read == "package" and bool(found)
+        if package_only:
+            roots = found
+        else:
+            roots = [r for r in existing if not packages or any(f.startswith(r + "/") for f in found)]
         # No folder holds the package by name: it may be installed editable (a .pth file or an
         # editable finder pointing elsewhere), so every site folder is read to find out.
         roots = roots or existing
@@ -265,6 +282,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                  platform=f"{config.os}/{config.architecture}" if config.os else None,
                  extra={"repo_tags": image.tags, "container": container.id,
                         "repo_digests": attrs.get("RepoDigests") or [],
+                        "read": "package folders only" if package_only else "site folders",
                         "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
                  closer=remove)
 
@@ -325,5 +343,5 @@ def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
     attrs = image.attrs
     saved.ref, saved.scheme, saved.digest, saved.closer = f"docker:{ref}", "docker", image.id, close
     saved.extra.update({"repo_tags": image.tags, "repo_digests": attrs.get("RepoDigests") or [],
-                        "via": "docker save"})
+                        "read": "docker save"})
     return saved
