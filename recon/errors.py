@@ -22,3 +22,15 @@ class UnsafeArchiveError(ReconError):
     """A layer or archive tried something hostile (escape, device file, bomb)."""
 
     exit_code = 3
+
+
+class PackageNotFound(ReconError):
+    """The package asked for (or vllm/sglang by default) is not in the image.
+
+    ``candidates`` are the top-level packages that are there, so a caller on a
+    terminal can offer them instead of only printing them.
+    """
+
+    def __init__(self, message: str, candidates: list[str]) -> None:
+        super().__init__(message)
+        self.candidates = candidates

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import ReconError
+from .errors import PackageNotFound, ReconError
 from .layers import DEFAULT_PACKAGES, CaptureLimits, ProgressFn, Squasher
 from .locate import (
     choose,
@@ -158,13 +158,14 @@ def _jsonable(extra: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k not in ("site_dirs",)}
 
 
-def _not_found(scan: Any, package: str | None, ref: str) -> ReconError:
+def _not_found(scan: Any, package: str | None, ref: str) -> PackageNotFound:
     tops = sorted({t for names in scan.tops.values() for t in names if not _NOT_PACKAGES.search(t)})
     listing = ", ".join(tops[:40]) + (" ..." if len(tops) > 40 else "") if tops else "none"
     if package:
-        return ReconError(f"package {package!r} not found in {ref}; top-level packages there: {listing}")
-    return ReconError(f"neither vllm nor sglang found in {ref}; choose one with --package "
-                      f"(top-level packages there: {listing})")
+        return PackageNotFound(f"package {package!r} not found in {ref}; top-level packages there: "
+                               f"{listing}", tops)
+    return PackageNotFound(f"neither vllm nor sglang found in {ref}; choose one with --package "
+                           f"(top-level packages there: {listing})", tops)
 
 
 def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:

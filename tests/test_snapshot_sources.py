@@ -105,3 +105,51 @@ def test_cli_json_and_errors(tmp_path: Path) -> None:
     assert bad.returncode != 0
     assert bad.stderr.strip().count("\n") == 0
     assert bad.stderr.startswith("recon: error: archive not found")
+
+
+def _read_until(fd: int, marker: bytes, seen: bytearray, timeout: float = 60) -> None:
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"never saw {marker!r}; got {bytes(seen)!r}"
+        if select.select([fd], [], [], left)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the other side closed
+                chunk = b""
+            assert chunk, f"output ended before {marker!r}; got {bytes(seen)!r}"
+            seen += chunk
+
+
+def test_missing_package_asks_on_a_terminal(tmp_path: Path) -> None:
+    """Neither vllm nor sglang: on a real terminal (a pty) recon lists what is there and asks;
+    a wrong answer is refused, a right one snapshots that package."""
+    import pty
+
+    site = tmp_path / "site"
+    for pkg in ("torch", "transformers"):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text(f"__version__ = '1.{len(pkg)}'\n")
+    out = tmp_path / "out"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "recon", "snapshot", f"dir:{site}", "-o", str(out)],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path,
+                            env={**os.environ, "COLUMNS": "200", "TERM": "xterm"})
+    os.close(slave)
+    seen = bytearray()
+    try:
+        _read_until(master, b"package to snapshot", seen)
+        assert b"neither vllm nor sglang found" in seen and b"torch, transformers" in seen
+        os.write(master, b"tensorflow\n")
+        _read_until(master, b"is not one of the packages found", seen)
+        os.write(master, b"torch\n")
+        assert proc.wait(timeout=60) == 0, bytes(seen)
+    finally:
+        proc.kill()
+        os.close(master)
+    (snap,) = list_snapshots(out)
+    assert snap.package == "torch" and snap.version == "1.5"
+    assert set(snap.files) == {"torch/__init__.py"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +173,7 @@ def snapshot_cmd(
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+    from ..errors import PackageNotFound
     from ..layers import CaptureLimits
     from ..snapshotter import take_snapshot
 
@@ -195,10 +197,28 @@ def snapshot_cmd(
             tasks[layer.index] = progress.add_task(label, total=layer.size or None)
         progress.update(tasks[layer.index], completed=layer.bytes_read if event != "done" else layer.size or layer.bytes_read)
 
-    with progress:
-        snap = take_snapshot(source, name=snap_name, out=out, package=package, python=python,
-                             include=include, all_files=all_files, platform=platform, limits=limits,
-                             force=force, progress=on_layer, docker_read=docker_read)
+    def take(pkg: str | None) -> Snapshot:
+        with progress:
+            return take_snapshot(source, name=snap_name, out=out, package=pkg, python=python,
+                                 include=include, all_files=all_files, platform=platform,
+                                 limits=limits, force=force, progress=on_layer, docker_read=docker_read)
+
+    try:
+        snap = take(package)
+    except PackageNotFound as err:
+        # On a terminal, ask which of the packages found to take (then read the image again);
+        # anywhere else the error, which lists them, is the answer.
+        if not (err.candidates and sys.stdin.isatty() and err_console.is_terminal and not (as_json or quiet)):
+            raise
+        err_console.print(escape(str(err)))
+        for _attempt in range(3):
+            choice = typer.prompt("package to snapshot", err=True).strip()
+            if choice in err.candidates:
+                break
+            err_console.print(f"{escape(repr(choice))} is not one of the packages found")
+        else:
+            raise
+        snap = take(choice)
     pkg, py = snap.manifest["package"], snap.manifest.get("python") or {}
     if pkg.get("other_copies") and not quiet:  # say so: the image holds more than one copy
         by = f"the one {py['executable']} imports" if py.get("executable") else "by search order"
