@@ -13,7 +13,8 @@ hop) with their ``pyvenv.cfg``. Site folders holding the package are read
 whole (their ``.pth`` files and ``*.dist-info`` are the installed
 distributions); if none holds it by name, every site folder is read, to find
 an editable install or a ``.pth`` entry; folders those point at, and the
-target of a symlinked package folder, are then read in a second pass.
+target of a symlinked package folder, are then read in a second pass. With
+``--package-only`` only the package folders are read (no distributions list).
 Per-file layer provenance is not available this way (the engine has already
 merged the layers): files are attributed to one layer standing for the
 engine's view. With ``--layers`` the image is instead exported through the
@@ -162,10 +163,10 @@ def _interpreters(client: Any, cid: str, config: ImageConfig, python: str | None
                 break
             stubs[path] = Entry(path, SYMLINK, linkname=target)
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target)).lstrip("/")
-    cfgs = []
-    for d in dict.fromkeys(posixpath.dirname(n) for n in names):
-        if d.endswith("bin") and _stat(client, cid, f"/{posixpath.dirname(d)}/pyvenv.cfg") is not None:
-            cfgs.append(f"{posixpath.dirname(d)}/pyvenv.cfg".lstrip("/"))
+    prefixes = {posixpath.dirname(posixpath.dirname(n)) for n in names
+                if posixpath.basename(posixpath.dirname(n)) == "bin"}
+    cfgs = [f"{p}/pyvenv.cfg".lstrip("/") for p in sorted(prefixes)
+            if _stat(client, cid, f"/{p}/pyvenv.cfg".replace("//", "/")) is not None]
     return list(stubs.values()), cfgs
 
 
