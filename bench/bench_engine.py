@@ -85,12 +85,13 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
 
     ref = results["docker create + docker cp of the vllm folder + docker rm"][0]
-    engine = results["docker create + docker rm alone (what the engine itself costs both)"][0]
+    alone = "docker create + docker rm alone (what the engine itself costs both)"
+    engine = results[alone][0]
     print(f"\nImage {TAG}: {size / 1e9:.2f} GB in the engine.\n")
     print("| run | seconds | peak RSS MiB | ratio to docker cp | beyond create + rm, ratio |")
     print("|---|---:|---:|---:|---:|")
     for label, (sec, mem) in results.items():
-        beyond = f"{(sec - engine) / (ref - engine):.2f}x" if "alone" not in label and ref > engine else ""
+        beyond = f"{(sec - engine) / (ref - engine):.2f}x" if label != alone and ref > engine else ""
         print(f"| {label} | {sec:.2f} | {mem} | {sec / ref:.2f}x | {beyond} |")
 
 
