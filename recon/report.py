@@ -10,6 +10,7 @@ Files are written by the caller through :mod:`recon.writer`.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 from .diffing.model import ConstantChange, DiffResult, FieldChange, FunctionChange, KeyedDiff
@@ -274,6 +275,16 @@ def diff_html(lines: list[str]) -> str:
     return "".join(out)
 
 
+def _html_value_changes(what: str, changes: list[dict[str, Any]],
+                        where: Callable[[dict[str, Any]], str]) -> str:
+    """One table of value changes (class fields or module constants): kind, name, A, B, where."""
+    return _html_table(
+        ["kind", "field" if what == "field" else "module constant", "A", "B", "where"],
+        [[f"<span class='k-{_h(c['kind'])}'>{_h(c['kind'])}</span>", f"<code>{_h(c[what])}</code>",
+          f"<code>{_h(c['a'])}</code>", f"<code>{_h(c['b'])}</code>", _h(where(c))] for c in changes],
+        raw=True)
+
+
 def to_html(result: DiffResult, *, all_moved: bool = False) -> str:
     """A standalone HTML page of the whole diff."""
     r = rows(result, all_moved=all_moved)
@@ -316,23 +327,13 @@ def to_html(result: DiffResult, *, all_moved: bool = False) -> str:
                    + (" (classes owning a function on the focus chain)" if fl["focus"] else "")
                    + ".</p>")
         if fl["changes"]:
-            out.append(_html_table(
-                ["kind", "field", "A", "B", "where"],
-                [[f"<span class='k-{_h(c['kind'])}'>{_h(c['kind'])}</span>",
-                  f"<code>{_h(c['field'])}</code>", f"<code>{_h(c['a'])}</code>",
-                  f"<code>{_h(c['b'])}</code>",
-                  _h(c["where"] + (f" (class was {c['old_class']})" if c["old_class"] else ""))]
-                 for c in fl["changes"]], raw=True))
+            out.append(_html_value_changes("field", fl["changes"], lambda c: c["where"] + (
+                f" (class was {c['old_class']})" if c["old_class"] else "")))
         out.append(f"<h3>Module constants</h3><p>{_h(fl['constants_summary'])}"
                    + (" (modules owning a function on the focus chain)" if fl["focus"] else "")
                    + ".</p>")
         if fl["constants"]:
-            out.append(_html_table(
-                ["kind", "module constant", "A", "B", "where"],
-                [[f"<span class='k-{_h(c['kind'])}'>{_h(c['kind'])}</span>",
-                  f"<code>{_h(c['constant'])}</code>", f"<code>{_h(c['a'])}</code>",
-                  f"<code>{_h(c['b'])}</code>", _h(c["where"])]
-                 for c in fl["constants"]], raw=True))
+            out.append(_html_value_changes("constant", fl["constants"], lambda c: c["where"]))
     if "functions" in r:
         fn = r["functions"]
         out.append(f"<h2>Functions</h2><p>{_h(fn['summary'])}</p>")

@@ -30,3 +30,15 @@ def demo_tree(root: Path, files: dict[str, str]) -> Path:
         (pkg / name).write_text(text.lstrip("\n"))
     return take_snapshot(f"dir:{root}", out=root.parent / "snaps", name=root.name,
                          package="demo").root
+
+
+def demo_pair(tmp_path_factory: pytest.TempPathFactory, label: str,
+              old: dict[str, str], new: dict[str, str]) -> tuple[Path, Path]:
+    """Two snapshots of the ``demo`` package, before and after, for diff tests."""
+    base = tmp_path_factory.mktemp(label)
+    return demo_tree(base / "old", old), demo_tree(base / "new", new)
+
+
+def change_rows(changes: list) -> list[tuple[str, str, str, str]]:  # type: ignore[type-arg]
+    """(kind, qualname, A, B) of diff value changes (class fields or module constants)."""
+    return [(c.kind, c.qualname, c.side("a"), c.side("b")) for c in changes]

@@ -34,10 +34,10 @@ from pathlib import Path
 import pytest
 
 from recon.cli import main
-from recon.diffing import ConstantChange, DiffResult, diff
+from recon.diffing import DiffResult, diff
 from recon.index import load_index
 from recon.snapshot import Snapshot
-from tests.kit import demo_tree
+from tests.kit import change_rows, demo_pair
 
 #: (kind, source line on A or None, source line on B or None, parts); a line of None on a
 #: side that has the constant: a multi-line assignment, checked by kind only.
@@ -252,17 +252,12 @@ MOD = "demo.defaults"
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("constants")
-    return demo_tree(base / "old", OLD), demo_tree(base / "new", NEW)
+    return demo_pair(tmp_path_factory, "constants", OLD, NEW)
 
 
 @pytest.fixture(scope="module")
 def small(trees: tuple[Path, Path]) -> DiffResult:
     return diff(*trees, sections=["functions"])
-
-
-def _rows(changes: list[ConstantChange]) -> list[tuple[str, str, str, str]]:
-    return [(c.kind, c.qualname, c.side("a"), c.side("b")) for c in changes]
 
 
 def test_index_records_module_body_assignments(trees: tuple[Path, Path], tmp_path: Path) -> None:
@@ -289,7 +284,7 @@ def test_index_records_module_body_assignments(trees: tuple[Path, Path], tmp_pat
 def test_small_pair_constant_changes(small: DiffResult) -> None:
     fl = small.fields
     assert fl is not None
-    assert _rows(fl.constants) == [
+    assert change_rows(fl.constants) == [
         ("value", f"{MOD}:DEFAULT_MAX_NUM_SEQS", "= 256", "= 512"),
         ("annotation", f"{MOD}:DEFAULT_BLOCK_SIZE", "int = 16", "int | None = 16"),
         ("value", f"{MOD}:TIMEOUT_S", "int = 30", "float = 60.0"),
@@ -369,4 +364,4 @@ def test_focus_keeps_the_modules_on_the_chain(trees: tuple[Path, Path]) -> None:
     res = diff(*trees, focus="other_fn", depth=1)
     fl = res.fields
     assert fl is not None
-    assert _rows(fl.constants) == [("value", "demo.other:LIMIT", "= 1", "= 2")]
+    assert change_rows(fl.constants) == [("value", "demo.other:LIMIT", "= 1", "= 2")]

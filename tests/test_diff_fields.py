@@ -36,10 +36,10 @@ from pathlib import Path
 import pytest
 
 from recon.cli import main
-from recon.diffing import DiffResult, FieldChange, diff
+from recon.diffing import DiffResult, diff
 from recon.index import load_index
 from recon.snapshot import Snapshot
-from tests.kit import demo_tree
+from tests.kit import change_rows, demo_pair
 
 #: (kind, source line on A or None, source line on B or None, parts) per field.
 Expect = dict[str, tuple[str, str | None, str | None, tuple[str, ...]]]
@@ -262,17 +262,12 @@ CONF = "demo.conf:EngineConfig"
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("fields")
-    return demo_tree(base / "old", OLD), demo_tree(base / "new", NEW)
+    return demo_pair(tmp_path_factory, "fields", OLD, NEW)
 
 
 @pytest.fixture(scope="module")
 def small(trees: tuple[Path, Path]) -> DiffResult:
     return diff(*trees, sections=["functions"])
-
-
-def _rows(changes: list[FieldChange]) -> list[tuple[str, str, str, str]]:
-    return [(c.kind, c.qualname, c.side("a"), c.side("b")) for c in changes]
 
 
 def test_index_records_class_body_assignments(trees: tuple[Path, Path], tmp_path: Path) -> None:
@@ -294,7 +289,7 @@ def test_small_pair_field_changes(small: DiffResult) -> None:
     fl = small.fields
     assert fl is not None
     conf = [c for c in fl.changes if c.cls_new.qualname == CONF]
-    assert _rows(conf) == [
+    assert change_rows(conf) == [
         ("default", f"{CONF}.max_num_seqs", "int = 256", "int = 512"),
         ("annotation", f"{CONF}.block_size", "int | None = None", "Optional[BlockSize] = None"),
         ("added", f"{CONF}.added_flag", "-", "bool = True"),
@@ -305,7 +300,7 @@ def test_small_pair_field_changes(small: DiffResult) -> None:
     assert conf[1].detail() == "annotation int | None -> Optional[BlockSize]"
     # a class moved to another module is followed; a same-named class with other fields is not
     moved = [c for c in fl.changes if c.cls_new.qualname != CONF]
-    assert _rows(moved) == [("default", "demo.new_home:Moved.b", "int = 2", "int = 5")]
+    assert change_rows(moved) == [("default", "demo.new_home:Moved.b", "int = 2", "int = 5")]
     assert moved[0].old_class == "demo.old_home:Moved"
     assert moved[0].where() == "demo/old_home.py:3 -> demo/new_home.py:3"
     assert fl.counts() == {"added": 1, "removed": 1, "default": 3, "annotation": 1,
