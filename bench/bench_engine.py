@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     results: dict[str, tuple[float, int]] = {}
 
-    def best(label: str, make: callable) -> None:  # type: ignore[valid-type]
+    def best(label: str, make: Callable[[], list[str]]) -> None:
         runs = []
         for _ in range(args.repeat):
             cmd = make()
@@ -65,7 +66,7 @@ def main() -> None:
         results[label] = min(runs)
         print(f"{label}: {results[label][0]:.2f} s, {results[label][1]} MiB", flush=True)
 
-    def recon(dest: str, *extra: str) -> callable:  # type: ignore[valid-type]
+    def recon(dest: str, *extra: str) -> Callable[[], list[str]]:
         return lambda: [sys.executable, "-m", "recon", "snapshot", "-q", "--package", "vllm",
                         "-o", str(fresh(work / dest)), "-n", "v", *extra, f"docker:{TAG}"]
 
