@@ -14,7 +14,7 @@
 # %% [markdown]
 # # CUDA graph capture sizes under speculative decoding, across releases
 #
-# Field notes, "capture-size rounding" (seed 000, section 9): with MTP speculative
+# Field notes, "capture-size rounding": with MTP speculative
 # decoding and `num_speculative_tokens=3`, vLLM's
 # `CompilationConfig.adjust_cudagraph_sizes_for_spec_decode` rounds every
 # `cudagraph_capture_sizes` entry up to a multiple of 4 (= 1 + 3 draft tokens) and

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # SGLang track-index math for a mixed prefill batch
 #
-# Field notes, seed 003: `_init_track_ssm_indices` in
+# Field notes, SGLang track-index math: `_init_track_ssm_indices` in
 # `sglang/srt/layers/attention/hybrid_linear_attn_backend.py` decides which chunk row
 # of the intermediate state `h` each prefilling sequence snapshots:
 # `num_h_states = (extend_seq_lens - 1) // chunk + 1`, offsets are the cumulative sum

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # A probe bundle: written, checked, run, and its logs read back
 #
-# Field notes, seed 002 section 3.2: the safe way to watch an engine at runtime is a
+# Field notes, probes: the safe way to watch an engine at runtime is a
 # `sitecustomize.py` on `PYTHONPATH`, imported by every process, workers included;
 # each hook wraps, logs and returns the original result unchanged, and never raises.
 #

@@ -66,7 +66,7 @@ INPUTS: dict[str, dict[str, str]] = {
 #: run when the log shows their situation; their verdicts become ``report.checks``. The engine's
 #: own numbers are their inputs (INPUTS), so the check is about *this* server.
 CHECKS: dict[str, Callable[[ServerLog], bool]] = {
-    # seed 000: align mode's running-state column, with the mamba block size the engine chose
+    # align mode's running-state column, with the mamba block size the engine chose
     "vllm-mamba-align-column": lambda log: log.value("mamba_cache_mode") == "align",
 }
 INPUTS["vllm-mamba-align-column"] = {"mamba_block_size": "attention_block_size",

@@ -232,7 +232,7 @@ PATTERNS: list[LinePattern] = [
     LinePattern("vllm.model_load", "vllm", "startup",
                 _r(r"Model loading took (?P<model_load_gib>\d+(?:\.\d+)?) GiB(?: memory)? and "
                    r"(?P<model_load_secs>\d+(?:\.\d+)?) s"),
-                "public logs 0.10.2 ('GiB and N seconds'), seed 004 ('GiB memory and')"),
+                "public logs 0.10.2 ('GiB and N seconds'), a user's log ('GiB memory and')"),
     LinePattern("vllm.kv_memory", "vllm", "startup",
                 _r(r"Available KV cache memory: (?P<available_kv_cache_memory_gib>\d+(?:\.\d+)?) GiB"),
                 "source 0.10.2 (%.2f), 0.29.0-0.33.0 (format_gib)"),
@@ -265,7 +265,7 @@ PATTERNS: list[LinePattern] = [
                 _r(r"CUDA graph pool memory: (?P<cudagraph_pool_actual_gib>\d+(?:\.\d+)?) GiB \(actual\), "
                    r"(?P<cudagraph_pool_estimated_gib>\d+(?:\.\d+)?) GiB \(estimated\), difference: "
                    r"\d+(?:\.\d+)? GiB \((?P<cudagraph_pool_diff_pct>\d+(?:\.\d+)?)%\)"),
-                "source 0.29.0-0.33.0; seed 004"),
+                "source 0.29.0-0.33.0; a user's log"),
     LinePattern("vllm.cudagraph.progress", "vllm", "startup",
                 _r(r"Capturing CUDA graphs \((?:(?P<phase>decode|mixed prefill-decode), )?"
                    r"(?P<mode>\w+)\):\s*100%\|[^|]*\|\s*(?P<n>\d+)/(?P=n)\b"),
@@ -373,7 +373,7 @@ PATTERNS: list[LinePattern] = [
                 convert=_sglang_batch, series=True),
     LinePattern("sglang.prefill", "sglang", "runtime",
                 _r(r"Prefill batch(?: \[\d+\])?[.,] (?P<fields>#new-seq: .*)$"),
-                "source 0.5.23; seed 003; public logs", convert=_sglang_batch, series=True),
+                "source 0.5.23; a user's log; public logs", convert=_sglang_batch, series=True),
     LinePattern("sglang.ready", "sglang", "marker",
                 _r(r"The server is fired up and ready to roll!"),
                 "source 0.5.23; public logs", convert=lambda m: {"ready": True}),

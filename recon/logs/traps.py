@@ -66,8 +66,8 @@ def _align_implicit(log: ServerLog) -> list[Trap]:
         "mamba cache mode 'align' was switched on implicitly: prefix caching is on and no "
         f"--mamba-cache-mode was given{where}. In align mode a resumed prefix's running-state "
         "column is (num_computed_tokens - 1) // mamba_block_size; a release that divides by the "
-        "attention block size instead indexes past the block table on long prefixes (seed 000: "
-        "column ~6335 in a row ~88 wide, CUDA illegal memory access, Xid 13/31).",
+        "attention block size instead indexes past the block table on long prefixes (a 101,376-token "
+        "prefix gave column ~6335 in a row ~88 wide, CUDA illegal memory access, Xid 13/31).",
         [mode.line], "recon recipe run vllm-mamba-align-column --snapshot <this release>")]
 
 
@@ -85,7 +85,7 @@ def _capture_rounded(log: ServerLog) -> list[Trap]:
     text = (f"{k} speculative tokens: every decode step is a multiple of {q} tokens, and the model "
             f"runner (adjust_cudagraph_sizes_for_spec_decode) rounds cudagraph_capture_sizes up to "
             f"multiples of {q}, dropping those above the max, after the config line is printed "
-            "(seed 000: [1, 2, 4, 8, 16, 32, 64] became [4, 8, 16, 32, 64])")
+            "(with MTP and 3 speculative tokens [1, 2, 4, 8, 16, 32, 64] became [4, 8, 16, 32, 64])")
     if off:
         text += f"; {where} still lists {off}, which are not multiples of {q}"
     counts = [(QUANT, log.value(name)) for name, QUANT in (
@@ -120,7 +120,7 @@ def _long_context(log: ServerLog) -> list[Trap]:
         out.append(Trap(
             "oom-after-green-startup", "error",
             "CUDA out of memory after the start-up capacity lines were printed: those lines count "
-            "weights + KV pool + CUDA graphs, not a prefill's activation peak (seed 004: a 93K "
+            "weights + KV pool + CUDA graphs, not a prefill's activation peak (a 93K-token "
             "prefill crashed a server whose three KV lines were green).",
             green[:1] + ooms[:3]))
     if mml is not None and green:
@@ -128,8 +128,8 @@ def _long_context(log: ServerLog) -> list[Trap]:
             "max-model-len-unchecked", "warn" if ooms else "info",
             f"--max-model-len {mml} was set explicitly. 'Available KV cache memory', 'GPU KV cache "
             "size' and 'Maximum concurrency' do not account for prefill activation peaks; serve "
-            f"one prompt near {mml} tokens before trusting it (seed 004: raising it alone "
-            "crashed a 93K-token prefill).", ([log.args_line] if log.args_line else []) + green[:1]))
+            f"one prompt near {mml} tokens before trusting it (raising it alone "
+            "once crashed a 93K-token prefill).", ([log.args_line] if log.args_line else []) + green[:1]))
     return out
 
 
@@ -142,7 +142,7 @@ def _util_hint(log: ServerLog) -> list[Trap]:
         "util-suggestion", "info",
         f"the engine suggests --gpu-memory-utilization {obs.value} (now {cur}) to keep the KV pool "
         "of a release without CUDA graph profiling; the difference is what the graphs really "
-        "use, and taking it back spends the prefill headroom (seed 004).", [obs.line])]
+        "use, and taking it back spends the prefill headroom.", [obs.line])]
 
 
 def _prefix_caching_ignored(log: ServerLog) -> list[Trap]:
@@ -174,7 +174,7 @@ def _spec_collapse(log: ServerLog) -> list[Trap]:
             f"windows with {k} drafted")
     if dead:
         text += f"; positions {dead} are near zero"
-    text += (" (windowed metric). Seed 002: a collapse like this was a shared compile cache "
+    text += (" (windowed metric). Once, a collapse like this was a shared compile cache "
              "poisoned by a failed run; rerun with a clean cache directory before blaming kernels.")
     return [Trap("spec-acceptance-low", "warn", text, [wins[0]["line"], wins[-1]["line"]])]
 

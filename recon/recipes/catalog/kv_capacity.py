@@ -1,6 +1,6 @@
 """kv-capacity: KV bytes per token per layer type, tokens per GiB and maximum concurrency, by the release's own code.
 
-Field story (seed 004): the engine's three green start-up lines (``Available
+Field story: the engine's three green start-up lines (``Available
 KV cache memory``, ``GPU KV cache size: N tokens``, ``Maximum concurrency for
 L tokens per request: Cx``) are cheap to predict offline, and knowing them
 before a restart tells you what ``--max-model-len`` costs (they are not proof
@@ -576,8 +576,8 @@ def _present(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, chain: Chain,
             res.findings.append(Finding("ok", f"{conc:.2f} requests of {inp.max_model_len} tokens "
                                               "fit in the KV cache at once"))
     res.findings.append(Finding("warn", "KV capacity is not proof of safety: prefill activation "
-                                        "peaks are outside these numbers (seed 004: raising "
-                                        "--max-model-len alone crashed a 93K-token prefill)"))
+                                        "peaks are outside these numbers (raising "
+                                        "--max-model-len alone once crashed a 93K-token prefill)"))
 
 
 def _spec_name(spec: Any) -> str:
@@ -606,7 +606,7 @@ register(Recipe(
     title="KV bytes per token per layer type, tokens per GiB and maximum concurrency",
     why=("The start-up lines 'GPU KV cache size' and 'Maximum concurrency' follow from config, "
          "flags and the available KV memory by the release's own formula; predict them before "
-         "a restart (field notes, seed 004). Options: --set available_kv_gib=N (from 'Available "
+         "a restart (a server whose three KV lines were green crashed on a 93K-token prefill). Options: --set available_kv_gib=N (from 'Available "
          "KV cache memory'), attention_layers=N, mamba_layers=M."),
     reads_flags=["max_model_len", "tensor_parallel_size", "dtype", "kv_cache_dtype", "block_size",
                  "speculative_config", "enable_prefix_caching", "mamba_cache_mode",

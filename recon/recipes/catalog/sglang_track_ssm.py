@@ -5,14 +5,14 @@ With prefix caching on a gated-delta-net model, SGLang's
 hybrid_linear_attn_backend.py``) decides, per tracked sequence of a prefill
 batch, whether its state is copied from the kernel's final state (length on a
 chunk boundary) or from the intermediate state ``h`` at the last chunk
-boundary, and at which row of ``h``. The investigator of seed 003 misread the
+boundary, and at which row of ``h``. An investigator of a real crash misread the
 dimensions of ``h`` three times; this recipe runs the release's own function
 with real CPU torch on the batch's numbers and checks every index against the
 row count of ``h`` that the release's ``prepare_chunk_offsets`` gives for the
 same batch (``h`` is ``(1, NT, H, V, K)``, squeezed to ``(NT, ...)`` where it is
 indexed).
 
-Batch options (``--set``): ``extend_lens=[4957,127]`` (default: seed 003's batch),
+Batch options (``--set``): ``extend_lens=[4957,127]`` (default: a real two-sequence batch),
 ``prefix_lens=[0,0]``, ``track=[true,true]`` (the track mask), ``track_lens``
 (``mamba_track_seqlens``, default prefix + extend), ``cache_slots`` /
 ``track_slots`` (the mamba pool slots of the running and the tracked states,
@@ -43,7 +43,7 @@ from ..registry import register
 
 NAME = "sglang-track-ssm"
 METHOD = "_init_track_ssm_indices"
-#: seed 003's batch (two new sequences of 4957 and 127 tokens), used when --set extend_lens is absent
+#: a real batch from an investigation (two new sequences of 4957 and 127 tokens), used when --set extend_lens is absent
 FIELD_BATCH = (4957, 127)
 
 _CHILD = r'''
@@ -122,7 +122,7 @@ def _gdn_class(ctx: RecipeContext) -> tuple[str, str]:
 
 
 def _batch(ctx: RecipeContext) -> dict[str, list[Any]]:
-    """The prefill batch from ``--set`` (defaults: seed 003's batch, all tracked)."""
+    """The prefill batch from ``--set`` (defaults: FIELD_BATCH, all tracked)."""
     extend = opt_ints(ctx.options, "extend_lens") or list(FIELD_BATCH)
     n = len(extend)
     prefix = opt_ints(ctx.options, "prefix_lens") or [0] * n
@@ -310,7 +310,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
                                    + ([cpu_fn] if cpu_fn else [])
                                    + ([offsets_fn] if offsets_fn else []))
     if "extend_lens" not in ctx.options:
-        res.notes.append(f"no --set extend_lens: seed 003's batch {list(FIELD_BATCH)} was used")
+        res.notes.append(f"no --set extend_lens: the batch {list(FIELD_BATCH)} (two new sequences) was used")
     res.notes.append("h holds one row per chunk of every sequence's new tokens (NT rows; the "
                      "kernel allocates (1, NT, H, V, K) and the tracking code indexes the "
                      "squeezed (NT, H, V, K) view)")
@@ -325,7 +325,7 @@ register(Recipe(
     engine="sglang",
     title="h/final source and destination indices of SGLang's mamba state tracking for a prefill batch",
     why=("SGLang snapshots gated-delta-net states for prefix caching from chunk rows of h; "
-         "seed 003's investigator misread h's dimensions three times. Runs the release's "
+         "an investigator misread h's dimensions three times. Runs the release's "
          "_init_track_ssm_indices on CPU torch and checks each index against NT. Options: "
          "--set extend_lens=[..] prefix_lens track track_lens cache_slots track_slots slots "
          "chunk_size."),

@@ -668,8 +668,7 @@ register(Recipe(
     title="CUDA-graph capture sizes the release really uses, and which decode steps run eager",
     why=("With MTP and num_speculative_tokens=3, vLLM silently rounds every capture size up to a "
          "multiple of 4 and drops those above the max: [1,2,4,8,16,32,64] becomes [4,8,16,32,64], "
-         "and a decode step of more than 16 requests (64 tokens) runs eager (field notes, seed 000 "
-         "section 9). Options: --set attn_cg_support=UNIFORM_BATCH, gpu=sm90, cudagraph_mode=..."),
+         "and a decode step of more than 16 requests (64 tokens) runs eager. Options: --set attn_cg_support=UNIFORM_BATCH, gpu=sm90, cudagraph_mode=..."),
     reads_flags=["compilation_config", "max_num_seqs", "max_num_batched_tokens",
                  "speculative_config", "tensor_parallel_size", "enforce_eager", "cuda_graph_sizes"],
     reads_config=[],

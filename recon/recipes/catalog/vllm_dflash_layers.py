@@ -5,7 +5,7 @@ draft needs a non-causal-capable attention backend, and which target layers
 feed the draft their hidden states are decided by small functions of
 ``vllm/model_executor/models/qwen3_dflash.py`` (``_resolve_layer_attention``,
 ``dflash_has_any_non_causal``, ``_get_dflash_fc_input_size``) and
-``get_eagle3_aux_layers_from_config`` (field notes, seed 002). This recipe
+``get_eagle3_aux_layers_from_config``. This recipe
 runs them on the draft's ``config.json`` in one sandboxed child.
 
 The seed's two pitfalls, handled:
@@ -210,7 +210,7 @@ register(Recipe(
     engine="vllm",
     title="DFlash draft layers: causal or not, sliding window, and the target layers feeding it",
     why=("A DFlash draft's attention mask and its aux hidden states are decided by small "
-         "functions in qwen3_dflash.py; seed 002 cut them out with ast and ran them on the "
+         "functions in qwen3_dflash.py; an investigator cut them out with ast and ran them on the "
          "draft's config.json to rule hypotheses in or out without a GPU. Options: --set "
          "target_layers=N, v2_model_runner=true|false."),
     reads_flags=[],

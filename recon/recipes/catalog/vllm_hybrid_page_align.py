@@ -38,9 +38,9 @@ Assumptions (each overridable with ``--set``):
   capability questions for it and raises on anything else.
 
 Not modelled: ``--kv-cache-dtype-skip-layers`` and the heterogeneous-KV pass that
-follows the alignment (``_align_heterogeneous_kv_block_size``), which is why seed
-004's TurboQuant deployment (8192 tokens / 167.69%) cannot be replayed from the
-facts it publishes. Seed 000's lines (1152 tokens / 5.11%, align mode) are
+follows the alignment (``_align_heterogeneous_kv_block_size``), which is why a TurboQuant
+deployment (8192 tokens / 167.69%) cannot be replayed from the
+facts it publishes. The lines of a GLM-5.3-Flash crash report (1152 tokens / 5.11%, align mode) are
 reproduced by the tests with a GLM-5.3-Flash-shaped config.
 """
 

@@ -1,6 +1,6 @@
 """vllm-mamba-align-column: the running-state column a release computes for a resumed prefix in mamba ``align`` mode.
 
-Field story (seed 000, sections 5-6): with prefix caching on, vLLM switches the
+Field story: with prefix caching on, vLLM switches the
 mamba cache of a hybrid model to ``align`` mode. When a request resumes a
 cached prefix of N tokens, ``MambaHybridModelState.add_request`` seeds the
 request's running mamba state at column ``(N - 1) // <divisor>`` of its
@@ -308,8 +308,8 @@ def run(ctx: RecipeContext) -> RecipeResult:
                     "error", f"{a.release}: a resumed prefix of {n} tokens seeds the running state "
                              f"at column {col} of a {a.row_width}-wide block-table row (divisor "
                              f"{a.divisor_expr} = {a.divisor_value}): the align pre-copy reads "
-                             "past the row, a garbage block id (seed 000: CUDA illegal memory "
-                             "access)"))
+                             "past the row, a garbage block id (seen as a CUDA illegal memory "
+                             "access, Xid 13/31)"))
             else:
                 res.findings.append(Finding("ok", f"{a.release}: prefix {n} -> column {col} of "
                                                   f"{a.row_width} (in range)"))
@@ -347,7 +347,7 @@ register(Recipe(
     why=("With prefix caching, hybrid models run the mamba cache in 'align' mode; a release that "
          "divides the resumed prefix by the attention block size (16) instead of the mamba block "
          "size (1152) seeds the state at column ~6335 of a row ~240 wide and the GPU reads a "
-         "garbage block id (field notes, seed 000 sections 5-6). Options: --set prefix_tokens=N, "
+         "garbage block id (a CUDA illegal memory access). Options: --set prefix_tokens=N, "
          "mamba_block_size=, cache_block_size=, compare=pip:vllm==0.31.0."),
     reads_flags=["enable_prefix_caching", "mamba_block_size", "mamba_cache_mode", "max_model_len",
                  "speculative_config", "tensor_parallel_size", "block_size", "dtype",
