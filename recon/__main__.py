@@ -1,4 +1,4 @@
-"""``python -m recon`` is the ``recon`` command."""
+"""``python -m recon``: the same command as ``recon``."""
 
 from .cli import main
 

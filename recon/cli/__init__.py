@@ -29,16 +29,21 @@ app = typer.Typer(
 
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print recon's version and exit."),
-) -> None:
-    """Offline source reconnaissance for LLM inference engines (vLLM, SGLang)."""
-    if version:
+def _print_version(value: bool) -> None:
+    """Eager, so ``recon --version`` answers before Typer asks for a command."""
+    if value:
         from .. import __version__
 
         typer.echo(f"recon {__version__}")
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                 help="Print recon's version and exit."),
+) -> None:
+    """Offline source reconnaissance for LLM inference engines (vLLM, SGLang)."""
 
 
 # Verb modules, in the order their commands appear in --help.
@@ -91,6 +96,11 @@ def _run(argv: list[str] | None) -> None:
     except KeyboardInterrupt:
         typer.echo("recon: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:  # `recon find ... | head`: the reader left; no traceback, SIGPIPE's status
+        from .output import quiet_stdout
+
+        quiet_stdout()
+        sys.exit(128 + signal.SIGPIPE)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
     except Exception as ex:  # usage errors and aborts (typer vendors its own click)

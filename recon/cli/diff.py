@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import ReconError
-from .output import console, emit_json
+from .output import console, emit_json, quiet_stdout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -324,10 +324,13 @@ def has_cmd(
 
     result = has_fix(fix, in_ref, fixed_in=fixed_in, unfixed=unfixed, pattern=pattern,
                      regex=regex, package=package)
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        _print_has(result)
+    try:
+        if as_json:
+            emit_json(result.to_json())
+        else:
+            _print_has(result)
+    except BrokenPipeError:  # `recon has ... | head -1`: the answer stands, the reader left
+        quiet_stdout()
     raise typer.Exit(HAS_EXIT[result.answer])
 
 

@@ -17,7 +17,7 @@ from .recipe import parse_sets
 
 
 def logs_cmd(
-    serverlog: Path = typer.Argument(..., help="The engine's log (docker/kubectl logs output)."),
+    serverlog: Path = typer.Argument(..., help="The engine's log (docker/kubectl logs output; - reads stdin)."),
     snapshot: str | None = typer.Option(None, "--snapshot", "-s",
                                         help="Snapshot name/path, or any SOURCE (pip:vllm==0.33.0): "
                                              "compare with recon's predictions for this release."),

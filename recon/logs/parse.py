@@ -13,16 +13,18 @@ every distinct value, so disagreement is visible rather than averaged away.
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import ReconError
 from .models import ErrorReport, Event, LogLine, Observed, ServerLog
 from .patterns import BY_ID, match_line
 from .quantities import QUANTITIES
 
+_SNIFF = 8192  # bytes looked at for NUL bytes before a file is read as a log
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # stamps added outside the engine: `docker logs -t` / `kubectl logs --timestamps` (ISO), and
 # collectors that write "2026-05-01 19:08:28.357 | " before each line
@@ -145,7 +147,13 @@ class _Tracebacks:
 
 
 def read_log(path: str | Path, *, engine: str | None = None) -> ServerLog:
-    """Parse a server log file (``-`` is not accepted: recon cites line numbers of a file)."""
+    """Parse a server log file, or standard input for ``-`` (``kubectl logs POD | recon logs -``).
+
+    Line numbers are the file's (or the stream's), so they match ``grep -n``. A file with
+    NUL bytes near its start is not a log (a core dump, an archive): one line says so.
+    """
+    if str(path) == "-":
+        return _read_stream(sys.stdin.buffer, "<stdin>", engine)
     p = Path(path)
     try:
         fh = open(p, "rb")  # noqa: SIM115 - closed below
@@ -154,9 +162,17 @@ def read_log(path: str | Path, *, engine: str | None = None) -> ServerLog:
     except IsADirectoryError as err:
         raise ReconError(f"{p} is a folder; pass the log file") from err
     with fh:
-        # Line by line: a long-running server's log can be gigabytes; only matches are kept.
-        lines = (raw.rstrip(b"\n").decode("utf-8", errors="replace") for raw in fh)
-        return parse_lines(lines, path=str(p), engine=engine)
+        return _read_stream(fh, str(p), engine)
+
+
+def _read_stream(fh: IO[bytes], name: str, engine: str | None) -> ServerLog:
+    """Line by line: a long-running server's log can be gigabytes; only matches are kept."""
+    head = fh.peek(_SNIFF)[:_SNIFF] if hasattr(fh, "peek") else b""
+    if b"\x00" in head:
+        raise ReconError(f"{name} is not a text log: NUL byte at offset {head.index(0)} "
+                         "(binary data; pass the engine's stdout/stderr log)")
+    lines = (raw.rstrip(b"\n").decode("utf-8", errors="replace") for raw in fh)
+    return parse_lines(lines, path=name, engine=engine)
 
 
 def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) -> ServerLog:

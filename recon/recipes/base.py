@@ -111,7 +111,8 @@ class RecipeResult:
 
         head = f"[bold]{self.recipe}[/] on {self.release}"
         if not self.applicable:
-            console.print(Panel(f"not applicable: {self.reason}", title=head, border_style="yellow"))
+            console.print(Panel(f"not applicable: {self.reason}", title=head, border_style="yellow",
+                                expand=False))
             return
         if self.values:
             vt = RTable(title=head, show_header=False)
