@@ -16,7 +16,7 @@ from typing import Any
 from .errors import ReconError
 from .recipes import RecipeResult, all_recipes, run_recipe
 from .snapshot import Snapshot
-from .snapshotter import ensure_snapshot
+from .snapcache import ensure_snapshot
 
 
 def examples_dir() -> Path:

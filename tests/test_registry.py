@@ -565,7 +565,7 @@ def test_bad_input_is_one_readable_line(pushed: dict[str, Any], registry: Regist
 def test_cached_snapshot_follows_a_moved_tag(tmp_path: Path) -> None:
     """ensure_snapshot keys registry: sources by the digest the tag points to now: a tag pushed
     again gets a new snapshot; with the registry gone, the newest snapshot of it is used."""
-    from recon.snapshotter import ensure_snapshot
+    from recon.snapcache import ensure_snapshot
 
     reg = Registry(tmp_path / "reg").start()
     try:

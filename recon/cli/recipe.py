@@ -77,7 +77,7 @@ def run_cmd(
 ) -> None:
     """Run one recipe on a snapshot with your config and flags."""
     from ..recipes import run_recipe
-    from ..snapshotter import ensure_snapshot
+    from ..snapcache import ensure_snapshot
     from ..writer import write_text
 
     snap = ensure_snapshot(snapshot)

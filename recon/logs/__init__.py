@@ -42,7 +42,7 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         return report
     from ..recipes import parse_flags
     from ..snapshot import Snapshot
-    from ..snapshotter import ensure_snapshot
+    from ..snapcache import ensure_snapshot
 
     snap = snapshot if isinstance(snapshot, Snapshot) else ensure_snapshot(str(snapshot))
     report.snapshot = snap.name

@@ -254,7 +254,7 @@ def _compare(ctx: RecipeContext, setup: Setup) -> ReleaseAnswer | None:
     source = ctx.options.get("compare")
     if not source:
         return None
-    from ...snapshotter import ensure_snapshot
+    from ...snapcache import ensure_snapshot
     from ..base import RecipeContext as Ctx
 
     snap = source if isinstance(source, Snapshot) else ensure_snapshot(str(source))
