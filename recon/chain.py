@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import hashlib
+import re
 import shutil
 import subprocess
 import time
@@ -30,6 +31,7 @@ from .graph import Budget, CallGraph, CallSite
 from .index.models import FunctionInfo, split_qualname
 from .index.snapshot_index import SnapshotIndex
 from .paths import snapshots_dir
+from .snapcache import is_recon_snapshot
 from .snapshot import MANIFEST, Snapshot
 from .writer import TreeWriter, commit, staging, write_json, write_text
 
@@ -201,52 +203,120 @@ def rank_files(index: SnapshotIndex, members: dict[str, int], target: str) -> li
 
 
 # -- the pruned reference snapshot ------------------------------------------------------
-def keep_files(index: SnapshotIndex, result: ChainResult, count: int, *, dest: Path | None = None,
-               force: bool = False) -> Snapshot:
+def kept_name(parent: str, target: str) -> str:
+    """``<parent>--<Class.method>``: the default name of a kept snapshot, safe as one folder name.
+
+    Anything but letters, digits and ``_.+=-`` becomes ``_`` (a snapshot
+    name from the cache or a ``<locals>`` qualname cannot smuggle a slash or
+    a leading dot), and long names are cut with a hash so two targets never
+    share a folder.
+    """
+    short = split_qualname(target)[1].replace(".<locals>.", ".").replace("#", "-")
+    name = re.sub(r"[^A-Za-z0-9_.+=-]+", "_", f"{parent}--{short}").lstrip(".") or "kept"
+    if len(name) > 200:
+        name = name[:188] + "-" + hashlib.sha256(name.encode()).hexdigest()[:11]
+    return name
+
+
+def kept_dest(parent: Snapshot, target: str, *, out: Path | None = None, name: str | None = None,
+              force: bool = False) -> Path:
+    """Where ``--keep`` writes: a new folder ``name`` inside ``out`` (default: ``snapshots/``).
+
+    ``out`` is the folder that holds snapshots, never the snapshot itself,
+    so ``--out snapshots --force`` can only ever replace one kept snapshot of
+    that name. ``--force`` replaces an existing folder only when it is a
+    snapshot recon wrote under that name (:func:`recon.snapcache.is_recon_snapshot`);
+    anything else there is refused, whatever the flags.
+    """
+    holder = Path(out) if out is not None else snapshots_dir()
+    if (holder / MANIFEST).exists():
+        raise ReconError(f"--out {holder} is itself a snapshot; give the folder that holds snapshots "
+                         "(the kept one is written inside it)")
+    if name is None:
+        name = kept_name(parent.name, target)
+    elif not name or "/" in name or "\x00" in name or name.startswith(".") or len(name.encode()) > 255:
+        raise ReconError(f"bad snapshot name {name!r}: one folder name, not starting with a dot")
+    dest = holder / name
+    _check_replaceable(dest, parent, force)
+    return dest
+
+
+def _check_replaceable(dest: Path, parent: Snapshot, force: bool) -> None:
+    """Refuse to write over anything but a kept snapshot of that name, and then only with ``force``."""
+    if not (dest.exists() or dest.is_symlink()):
+        return
+    if dest.resolve() == parent.root:
+        raise ReconError(f"{dest} is the snapshot being read; choose another --name or --out")
+    if not is_recon_snapshot(dest):
+        raise ReconError(f"{dest} already exists and is not a snapshot recon wrote under that name; "
+                         "recon never replaces it (choose another --name or --out)")
+    if not force:
+        raise ReconError(f"{dest} already exists (a snapshot; use --force to replace it)")
+
+
+def keep_files(index: SnapshotIndex, result: ChainResult, count: int, *, out: Path | None = None,
+               name: str | None = None, dest: Path | None = None, force: bool = False) -> Snapshot:
     """Write a snapshot holding the ``count`` most relevant files of ``result``.
 
-    Files are copied byte-exact (and checked against the parent's sha256);
-    the manifest is the parent's with only those files, ``parent`` pointing
-    to the parent snapshot, and the chain query recorded under ``selection``.
+    The snapshot is a new folder inside ``out`` (:func:`kept_dest`), or
+    exactly ``dest`` when given; either way ``force`` replaces only a
+    snapshot recon wrote under that name. Files are copied byte-exact (and
+    checked against the parent's sha256); the manifest is the parent's with
+    only those files, ``parent`` pointing to the parent snapshot, and the
+    chain query recorded under ``selection``.
     """
     if count < 1:
         raise ReconError("--keep needs at least 1 file")
     parent = index.snapshot
-    chosen = [f.path for f in result.files[:count]]
     if dest is None:
-        short = split_qualname(result.target)[1].replace(".<locals>.", ".").replace("#", "-")
-        dest = snapshots_dir() / f"{parent.name}--{short}"
-    dest = Path(dest)
+        dest = kept_dest(parent, result.target, out=out, name=name, force=force)
+    else:
+        dest = Path(dest)
+        _check_replaceable(dest, parent, force)
+    chosen = [f.path for f in result.files[:count]]
     records = parent.manifest.get("files", {})
     with staging(dest.parent, dest.name) as tmp:
-        with TreeWriter(tmp / "src") as writer:
-            for rel in chosen:
-                data = parent.read_bytes(rel)
-                want = records[rel].get("sha256")
-                if want and hashlib.sha256(data).hexdigest() != want:
-                    raise ReconError(f"{rel} changed on disk since the snapshot was taken "
-                                     "(sha256 differs from the manifest)", where=str(parent.root))
-                writer.write_bytes(rel, data)
-        manifest = copy.deepcopy({k: v for k, v in parent.manifest.items() if k not in ("files", "skipped")})
+        _copy_files(parent, chosen, tmp / "src")
         files = {rel: records[rel] for rel in chosen}
-        manifest.update(
-            name=dest.name,
-            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            tool={"name": "recon", "version": __version__},
-            files=files, skipped={},
-            parent={"name": parent.name, "path": str(parent.root),
-                    "source": parent.manifest.get("source", {}).get("ref"),
-                    "digest": parent.manifest.get("source", {}).get("digest"),
-                    "files": len(records)},
-            selection={"chain": {"target": result.target, "source": result.source,
-                                 "depth": result.depth, "partial": result.partial,
-                                 "files": [{"path": f.path, "count": f.count, "distance": f.distance}
-                                           for f in result.files[:count]]}},
-            stats={"files": len(files), "bytes": sum(int(r.get("size", 0)) for r in files.values())},
-        )
-        write_json(tmp / MANIFEST, manifest)
+        write_json(tmp / MANIFEST, _kept_manifest(parent, result, count, dest.name, files))
+        _check_replaceable(dest, parent, force)  # again: the folder may have appeared meanwhile
         commit(tmp, dest, replace=force)
     return Snapshot.open(dest)
+
+
+def _copy_files(parent: Snapshot, chosen: list[str], src: Path) -> None:
+    """Copy ``chosen`` byte-exact, refusing a file whose bytes no longer match the manifest."""
+    records = parent.manifest.get("files", {})
+    with TreeWriter(src) as writer:
+        for rel in chosen:
+            data = parent.read_bytes(rel)
+            want = records[rel].get("sha256")
+            if want and hashlib.sha256(data).hexdigest() != want:
+                raise ReconError(f"{rel} changed on disk since the snapshot was taken "
+                                 "(sha256 differs from the manifest)", where=str(parent.root))
+            writer.write_bytes(rel, data)
+
+
+def _kept_manifest(parent: Snapshot, result: ChainResult, count: int, name: str,
+                   files: dict[str, Any]) -> dict[str, Any]:
+    """The parent's manifest with only ``files``, pointing back to the parent and the chain query."""
+    manifest = copy.deepcopy({k: v for k, v in parent.manifest.items() if k not in ("files", "skipped")})
+    manifest.update(
+        name=name,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        tool={"name": "recon", "version": __version__},
+        files=files, skipped={},
+        parent={"name": parent.name, "path": str(parent.root),
+                "source": parent.manifest.get("source", {}).get("ref"),
+                "digest": parent.manifest.get("source", {}).get("digest"),
+                "files": len(parent.manifest.get("files", {}))},
+        selection={"chain": {"target": result.target, "source": result.source,
+                             "depth": result.depth, "partial": result.partial,
+                             "files": [{"path": f.path, "count": f.count, "distance": f.distance}
+                                       for f in result.files[:count]]}},
+        stats={"files": len(files), "bytes": sum(int(r.get("size", 0)) for r in files.values())},
+    )
+    return manifest
 
 
 # -- pictures -----------------------------------------------------------------------------

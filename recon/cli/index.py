@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 
 
 def _load(snapshot: str, workers: int | None = None, cache: bool = True) -> SnapshotIndex:
+    """Index a snapshot name or path, or any SOURCE (snapshotted once and cached, as every verb does)."""
     from ..index import load_index
+    from ..snapcache import ensure_snapshot
 
-    return load_index(snapshot, workers=workers, cache=cache)
+    return load_index(ensure_snapshot(snapshot), workers=workers, cache=cache)
 
 
 def index_cmd(
-    snapshot: str = typer.Argument(..., help="Snapshot name or folder."),
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0, dir:PATH, ...)."),
     workers: int = typer.Option(None, "--workers", "-j", help="Parsing processes (default: all CPUs; 0: none)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the per-file cache."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -45,6 +47,10 @@ def index_cmd(
                   f"{len(idx.functions)} functions")
     console.print(f"{st.files} files: {st.parsed} parsed ({st.workers or 'no'} worker processes), "
                   f"{st.cached} from cache, in {st.seconds:.2f}s")
+    if idx.edited:
+        err_console.print(f"[yellow]{len(idx.edited)} files differ from the snapshot's manifest "
+                          f"(edited since it was taken; indexed as they are now), e.g. "
+                          f"{escape(idx.edited[0])}[/]")
     if idx.errors:
         table = Table("file", "error", title=f"{len(idx.errors)} files failed to parse")
         for path, msg in sorted(idx.errors.items()):
@@ -53,7 +59,7 @@ def index_cmd(
 
 
 def find_cmd(
-    snapshot: str = typer.Argument(..., help="Snapshot name or folder."),
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0, dir:PATH, ...)."),
     name: str = typer.Argument(None, help="Qualname glob, e.g. '*:*.add_request' or 'vllm.config.*:CompilationConfig.*'."),
     regex: str = typer.Option(None, "--regex", "-e", help="Functions whose source matches this regex."),
     pattern: str = typer.Option(None, "--pattern", "-p", help="Structural pattern, e.g. '$X // self.cache_config.block_size'."),
@@ -123,14 +129,17 @@ def _print_hits(hits: list[Hit], limit: int) -> None:
 
 
 def chain_cmd(
-    snapshot: str = typer.Argument(..., help="Snapshot name or folder."),
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0, dir:PATH, ...)."),
     to: str = typer.Option(..., "--to", help="Target function (qualname, dotted name or unique suffix)."),
     source: str = typer.Option(None, "--from", help="Also list the call paths from this function to the target."),
     depth: int = typer.Option(3, "--depth", "-d", help="Caller and callee levels to walk."),
     direction: str = typer.Option("both", "--direction", help="callers, callees or both."),
     keep: int = typer.Option(None, "--keep", help="Write a pruned snapshot with the N most relevant files."),
-    out: Path = typer.Option(None, "--out", help="Folder for --keep (default: snapshots/<parent>--<target>)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --keep folder."),
+    out: Path = typer.Option(None, "--out", help="Folder that holds snapshots: --keep writes a new one "
+                             "inside it, named <parent>--<target> (default: snapshots/)."),
+    name: str = typer.Option(None, "--name", help="Name of the --keep snapshot (default: <parent>--<target>)."),
+    force: bool = typer.Option(False, "--force", help="Replace a kept snapshot of that name (only a "
+                               "snapshot recon wrote there; nothing else is ever replaced)."),
     fmt: str = typer.Option("tree", "--format", "-f", help="tree, dot, mermaid or svg."),
     output: Path = typer.Option(None, "--output", "-o", help="Write the dot/mermaid/svg picture to this file."),
     budget: float = typer.Option(10.0, "--budget", help="Seconds before the answer is returned as partial."),
@@ -147,7 +156,7 @@ def chain_cmd(
     idx = _load(snapshot)
     result = chain(idx, to, source=source, depth=depth, budget=Budget(seconds=budget, max_nodes=max_nodes),
                    callers=direction != "callees", callees=direction != "callers")
-    kept = keep_files(idx, result, keep, dest=out, force=force) if keep else None
+    kept = keep_files(idx, result, keep, out=out, name=name, force=force) if keep else None
     picture = render(idx, result, fmt) if fmt != "tree" else None
     if picture is not None:
         if output is not None:

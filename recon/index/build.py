@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshot import Snapshot
+from ..snapshot import FileRecord, Snapshot
 from .cache import IndexCache, decode, default_root, encode, new_pack_name, write_pack
 from .models import IndexStats
 from .snapshot_index import SnapshotIndex, assemble
@@ -49,34 +49,39 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse_one(path: str) -> str:
-    """Parse one file and return its record's JSON."""
+def _parse_one(path: str) -> tuple[str, str]:
+    """Parse one file: ``(sha256 of the bytes parsed, record JSON)``.
+
+    The key is computed from the very bytes that were parsed, so a file
+    edited between the lookup and the parse is still stored under the key of
+    what the record describes.
+    """
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as err:
-        return encode({"v": None, "error": f"OSError: {err.strerror}", "lines": 0})
-    return encode(index_source(data))
+        return "", encode({"v": None, "error": f"OSError: {err.strerror}", "lines": 0})
+    return hashlib.sha256(data).hexdigest(), encode(index_source(data))
 
 
-def _parse_batch(batch: list[tuple[str, str]], cache_root: str | None, pack: str) -> list[str]:
-    """Worker body: parse a batch, store it as one cache pack, return the records' JSON."""
+def _parse_batch(paths: list[str], cache_root: str | None, pack: str) -> list[tuple[str, str]]:
+    """Worker body: parse a batch, store it as one cache pack, return ``(sha256, record JSON)``s."""
     gc.disable()  # the worker's own objects hold no cycles; see module docstring
-    texts = [_parse_one(path) for path, _ in batch]
+    parsed = [_parse_one(path) for path in paths]
     if cache_root is not None:
         # unreadable files (record version None) are not cached: the next run retries them
-        write_pack(Path(cache_root), pack, ((sha, text) for (_, sha), text in zip(batch, texts, strict=True)
+        write_pack(Path(cache_root), pack, ((sha, text) for sha, text in parsed
                                             if not text.startswith('{"v":null')))
-    return texts
+    return parsed
 
 
-def _batches(items: list[tuple[str, str, int]], workers: int) -> list[list[tuple[str, str]]]:
+def _batches(items: list[tuple[str, int]], workers: int) -> list[list[str]]:
     """Largest files first, dealt round-robin into ~8 batches per worker, for even finishing."""
-    items = sorted(items, key=lambda t: -t[2])
+    items = sorted(items, key=lambda t: -t[1])
     count = max(1, min(len(items), workers * 8))
-    out: list[list[tuple[str, str]]] = [[] for _ in range(count)]
-    for i, (path, sha, _) in enumerate(items):
-        out[i % count].append((path, sha))
+    out: list[list[str]] = [[] for _ in range(count)]
+    for i, (path, _) in enumerate(items):
+        out[i % count].append(path)
     return out
 
 
@@ -109,25 +114,32 @@ def load_index(snapshot: Snapshot | str | Path, *, paths: Iterable[str] | None =
     stats = IndexStats(files=len(files))
     with gc_paused():
         # The raw records die when _collect returns, before the collector resumes.
-        index = assemble(snap, _collect(snap, files, store, workers, stats), stats)
+        records, edited = _collect(snap, files, store, workers, stats)
+        index = assemble(snap, records, stats)
+        index.edited = edited
     stats.seconds = time.perf_counter() - start
     return index
 
 
-def _collect(snap: Snapshot, files: list[Any], store: IndexCache, workers: int | None,
-             stats: IndexStats) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(path, sha256, record)`` for ``files``, from the cache or parsed now."""
+def _collect(snap: Snapshot, files: list[FileRecord], store: IndexCache, workers: int | None,
+             stats: IndexStats) -> tuple[list[tuple[str, str, dict[str, Any]]], list[str]]:
+    """``(path, sha256, record)`` for ``files``, from the cache or parsed now, and the edited paths.
+
+    Records are keyed by the sha256 of the bytes on disk now, not the
+    manifest's: a snapshot file edited after it was taken is indexed as it
+    is (and listed as edited), never served from the record of its old bytes.
+    """
+    shas = {f.path: _sha256(snap.path(f.path)) for f in files}
+    edited = [f.path for f in files if f.sha256 and shas[f.path] != f.sha256]
+    found = store.get_many(s for s in shas.values() if s)
     records: dict[str, tuple[str, str, dict[str, Any]]] = {}
-    shas = {f.path: f.sha256 or _sha256(snap.path(f.path)) for f in files}
-    found = store.get_many(shas.values())
-    misses: list[tuple[str, str, int]] = []
+    misses: list[tuple[str, int]] = []
     for f in files:
-        sha = shas[f.path]
-        rec = found.get(sha)
+        rec = found.get(shas[f.path])
         if rec is not None:
-            records[f.path] = (f.path, sha, rec)
+            records[f.path] = (f.path, shas[f.path], rec)
         else:
-            misses.append((f.path, sha, f.size))
+            misses.append((f.path, f.size))
     stats.cached = len(records)
     stats.parsed = len(misses)
     if misses:
@@ -142,18 +154,18 @@ def _collect(snap: Snapshot, files: list[Any], store: IndexCache, workers: int |
                 packed[sha] = pack
             records[path] = (path, sha, rec)
         store.add(packed)
-    return [records[f.path] for f in files]
+    return [records[f.path] for f in files], edited
 
 
-def _parse_all(snap: Snapshot, misses: list[tuple[str, str, int]], workers: int,
+def _parse_all(snap: Snapshot, misses: list[tuple[str, int]], workers: int,
                cache_root: str | None, stats: IndexStats) -> Iterator[tuple[str, str, str, str]]:
-    """Yield ``(path, sha256, record JSON, pack name)`` for every miss."""
+    """Yield ``(path, sha256 of the bytes parsed, record JSON, pack name)`` for every miss."""
     src = str(snap.src)
     if workers <= 0 or len(misses) < POOL_THRESHOLD:
         stats.workers = 0
-        batch = [(f"{src}/{p}", s) for p, s, _ in misses]
         pack = new_pack_name()
-        for (path, sha, _), text in zip(misses, _parse_batch(batch, cache_root, pack), strict=True):
+        parsed = _parse_batch([f"{src}/{p}" for p, _ in misses], cache_root, pack)
+        for (path, _), (sha, text) in zip(misses, parsed, strict=True):
             yield path, sha, text, pack
         return
     batches = _batches(misses, workers)
@@ -162,10 +174,10 @@ def _parse_all(snap: Snapshot, misses: list[tuple[str, str, int]], workers: int,
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
     with ProcessPoolExecutor(max_workers=stats.workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_batch, [(f"{src}/{p}", s) for p, s in batch], cache_root, pack)
+        futures = [pool.submit(_parse_batch, [f"{src}/{p}" for p in batch], cache_root, pack)
                    for batch, pack in zip(batches, packs, strict=True)]
         for batch, pack, fut in zip(batches, packs, futures, strict=True):
-            for (path, sha), text in zip(batch, fut.result(), strict=True):
+            for path, (sha, text) in zip(batch, fut.result(), strict=True):
                 yield path, sha, text, pack
 
 
@@ -180,8 +192,9 @@ def _unreadable(text: str) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """sha256 of the file's bytes now ("" if unreadable: a miss, and the parse reports why)."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return ""

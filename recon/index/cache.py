@@ -2,7 +2,10 @@
 
 A record depends only on the file's bytes and on the Python that parsed it
 (what parses, and the AST shape, change between Python versions), so the
-key is ``(record version, Python major.minor, sha256)``. Two snapshots that
+key is ``(record version, Python major.minor, sha256)``. The sha256 is that
+of the bytes on disk when the index runs (and, for a record written, of the
+very bytes parsed), never the manifest's: an edited snapshot file is a miss,
+not a stale hit (see :func:`recon.index.build._collect`). Two snapshots that
 ship the same file share one record; a second index of the same snapshot
 reads records and parses nothing.
 

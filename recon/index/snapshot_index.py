@@ -48,6 +48,9 @@ class SnapshotIndex:
     warnings: dict[str, list[str]] = field(repr=False)
     stats: IndexStats
     by_path: dict[str, str] = field(repr=False)  # file path -> module name
+    #: files whose bytes on disk differ from the manifest's sha256 (edited since the snapshot was
+    #: taken): indexed as they are now, listed so that a reader knows the snapshot is not pristine
+    edited: list[str] = field(default_factory=list)
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _spans: dict[str, tuple[list[int], list[tuple[int, int, str]]]] = field(
         default_factory=dict, repr=False, compare=False)
@@ -245,6 +248,7 @@ class SnapshotIndex:
                       "cached": self.stats.cached, "errors": self.stats.errors,
                       "workers": self.stats.workers, "seconds": round(self.stats.seconds, 3)},
             "errors": dict(sorted(self.errors.items())),
+            "edited": sorted(self.edited),
         }
 
 
