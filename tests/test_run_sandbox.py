@@ -96,8 +96,9 @@ def test_environment_is_trimmed(hostile: Snapshot, monkeypatch: pytest.MonkeyPat
     assert Path(seen["cwd"]).name == "work" and Path(seen["cwd"]).parent.name.startswith(
         "recon-run-")
     assert not Path(seen["cwd"]).exists()  # and it is gone after the run
-    # started by root with an interpreter `nobody` can use: the code runs as nobody
-    if can_drop_privileges():
-        assert seen["uid"] == 65534 and res.sandbox["user"] == "nobody"
-    else:
-        assert res.sandbox["user"] == "caller"
+    # inside the OS sandbox the code is uid 65534, whoever started recon
+    assert seen["uid"] == 65534 and res.sandbox["user"] == "nobody"
+    assert res.sandbox["os_sandbox"] == "bwrap" and res.sandbox["network"] is False
+    # bwrap itself runs as nobody only when root and every bound folder is usable by nobody
+    assert res.sandbox["host_user"] == ("nobody" if can_drop_privileges() else
+                                        "root" if os.geteuid() == 0 else "caller")

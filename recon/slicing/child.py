@@ -3,9 +3,12 @@
 Standard library only (plus whatever ``--real`` names). The runner copies this
 package's runtime files (this file, ``stubs.py``, ``hfconfig.py``,
 ``guard.py``) next to the slice in a read-only folder and starts
-``python -I -B`` on :func:`main` with the request as JSON on stdin. The result
-goes back as JSON on a dedicated pipe (``result_fd``), never on stdout, which
-belongs to the slice's own prints.
+``python -I -B`` on :func:`main` with the request as JSON on stdin, inside the
+OS sandbox (``sandbox.py``). The result goes back as JSON on a dedicated pipe
+(``result_fd``), never on stdout, which belongs to the slice's own prints; the
+guard's refusals go out as they happen on a second pipe (``events_fd``). The
+parent treats both as untrusted data: the slice runs in this same process and
+could write either.
 
 Order matters: real packages are imported *before* the guard is sealed (they
 load native code), the slice's pieces run *after* it (they are untrusted).
@@ -289,7 +292,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     """Everything the child does, as a function (the result dict)."""
     result: dict[str, Any] = {"calls": [], "setup_error": None}
     work = request["work_dir"]
-    guard = Guard(work, RECORDER.site)
+    events_fd = request.get("events_fd")
+    guard = Guard(work, RECORDER.site, events_fd if isinstance(events_fd, int) else None)
     result_refs = {"guard": guard}
     try:
         real_mods: dict[str, Any] = {}

@@ -6,12 +6,21 @@ unprivileged user when started as root, a trimmed environment and a timeout),
 and the one that makes refusals *readable*: each refusal raises
 ``PermissionError`` at the offending line and is recorded, so the run reports
 "write outside the scratch folder refused at vllm/x.py:12" instead of a
-mystery. Audit hooks cannot be removed once added; code that goes around
-Python entirely (a C extension) is for the other layers.
+mystery. Audit hooks cannot be removed once added, but code running in the
+same interpreter can still reach the guard's tables, its descriptors and
+native code: the guard is a second layer that explains, the OS sandbox
+(``sandbox.py``) is the one that enforces.
+
+Each refusal is also written at once, as one JSON line, on ``events_fd``, a
+pipe the parent reads: what was refused before the code tampered with the
+guard cannot be taken back by rewriting the final report (the parent takes
+the union of both).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -52,9 +61,10 @@ _TWO_PATH_EVENTS = {"os.rename", "shutil.copyfile", "shutil.copytree", "shutil.m
 class Guard:
     """Records refusals; :meth:`seal` installs the hook."""
 
-    def __init__(self, scratch: str, site: Callable[[], str]) -> None:
+    def __init__(self, scratch: str, site: Callable[[], str], events_fd: int | None = None) -> None:
         self.scratch = os.path.realpath(scratch)
         self.site = site
+        self.events_fd = events_fd
         self.refusals: list[dict[str, str]] = []
         self.sealed = False
 
@@ -70,7 +80,13 @@ class Guard:
 
     def _refuse(self, event: str, what: str, detail: str) -> None:
         site = self.site()
-        self.refusals.append({"event": event, "what": what, "detail": detail, "site": site})
+        record = {"event": event, "what": what, "detail": detail[:500], "site": site}
+        self.refusals.append(record)
+        if self.events_fd is not None:
+            # os.write raises no audit event (no recursion into the hook); an fd the
+            # code under test closed is not fatal: the OS sandbox still holds
+            with contextlib.suppress(OSError):
+                os.write(self.events_fd, json.dumps(record).encode() + b"\n")
         raise PermissionError(f"recon sandbox refused {what} ({detail}) at {site}")
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:

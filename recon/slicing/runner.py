@@ -1,8 +1,11 @@
 """``run_function`` / ``run_calls``: execute real functions of a snapshot, in a child.
 
 The parent side of ``recon run``: slice (cached), lay out a scratch folder
-(read-only runtime + slice, writable ``work``), start the sandboxed child
-(``sandbox.py``), and turn what it reports into :class:`RunResult` objects.
+(read-only runtime + slice; ``work`` becomes the sandbox's private tmpfs),
+start the child in the OS sandbox (``sandbox.py``), and turn what it reports,
+validated as untrusted data (:func:`~recon.slicing.result.parse_report`), into
+:class:`RunResult` objects. ``sandbox=False`` waives the OS sandbox (rlimits and
+the in-process guard only); it is never waived silently.
 
 Failures that make an answer untrustworthy raise :class:`RunFailed` (a
 :class:`~recon.errors.ReconError`, one readable line): a timeout, the memory
@@ -29,11 +32,41 @@ from ..errors import ReconError
 from ..snapshot import Snapshot
 from ..writer import write_text
 from .closure import DEFAULT_BUDGET
-from .result import Mutation, PieceRun, RunError, RunFailed, RunResult, StubTouch
-from .sandbox import Limits, base_env, launch, python_argv
+from .result import (
+    Mutation,
+    PieceRun,
+    RunError,
+    RunFailed,
+    RunResult,
+    StubTouch,
+    parse_report,
+)
+from .sandbox import Limits, base_env, interpreter_dirs, launch, package_dirs, python_argv
 from .slicer import Slice, build_slice
 
 _RUNTIME_FILES = ("child.py", "stubs.py", "hfconfig.py", "guard.py")
+#: the largest module the slicer parses in the parent. The largest module of the
+#: vLLM wheels 0.10-0.33 and SGLang 0.5.23 is 344 KiB (vllm/v1/worker/gpu_model_runner.py,
+#: 0.27.0); parsing costs ~200x the file size in memory, so 2 MiB keeps the
+#: (unsandboxed) parent near 400 MB on a hostile file and leaves 6x headroom.
+MAX_MODULE_BYTES = 2 << 20
+
+
+def check_module_sizes(snap: Snapshot, cap: int = MAX_MODULE_BYTES) -> None:
+    """Refuse a snapshot holding a Python module over ``cap`` bytes (one line naming it).
+
+    Sizes are taken from the files on disk (a stat each, nothing read), before
+    the slicer parses anything in this unsandboxed process.
+    """
+    for rec in snap.python_files():
+        try:
+            size = os.stat(snap.src / rec.path).st_size
+        except OSError:
+            continue
+        if size > cap:
+            raise ReconError(f"{rec.path} is {size / (1 << 20):.1f} MiB, over the "
+                             f"{cap / (1 << 20):g} MiB cap on a module the slicer parses; "
+                             "refusing to parse it")
 
 
 @dataclass(frozen=True)
@@ -168,7 +201,7 @@ def _provenance(sl: Slice, ran: list[list[Any]]) -> list[PieceRun]:
 def _raise_for_sandbox(report: dict[str, Any], results: list[RunResult], limits: Limits) -> None:
     """Turn untrustworthy outcomes into one readable :class:`RunFailed`."""
     for refusal in report.get("sandbox", []):
-        raise RunFailed(f"the slice tried {refusal['what']} ({refusal['detail']}) at "
+        raise RunFailed(f"the slice tried {refusal['what']} ({refusal['detail'][:300]}) at "
                         f"{refusal['site']}; refused by the sandbox", results=results)
     forbidden = (report.get("stubs") or {}).get("forbidden", [])
     if forbidden:
@@ -220,6 +253,7 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
               timeout: float = 60.0,
               memory_mb: int = 4096,
               drop_privileges: bool = True,
+              sandbox: bool = True,
               check: bool = False,
               keep_scratch: bool = False,
               budget: int = DEFAULT_BUDGET) -> list[RunResult]:
@@ -236,8 +270,11 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     was cut, every result carries ``slice_cut``, and an error that missing code
     explains (NameError, ImportError, AttributeError, a piece not defined)
     raises :class:`RunFailed` naming the budget instead of passing as an answer.
+    ``sandbox=False`` runs without the OS sandbox (where namespaces are not
+    available); with it on and unavailable, :class:`SandboxUnavailable` is raised.
     """
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
+    check_module_sizes(snap)
     calls = list(calls)
     if not calls:
         raise ReconError("nothing to run")
@@ -251,9 +288,9 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     try:
         return _run_slice(snap, sl, calls, targets, config=config, stub_exprs=stub_exprs,
                           sfile=sfile, forbid=forbid, real=real, absent=absent, env=env,
-                          timeout=timeout, memory_mb=memory_mb,
-                          drop_privileges=drop_privileges, check=check,
-                          keep_scratch=keep_scratch)
+                          limits=Limits(timeout=timeout, memory_mb=memory_mb,
+                                        drop_privileges=drop_privileges, sandbox=sandbox),
+                          check=check, keep_scratch=keep_scratch)
     except RunFailed as err:
         err.slice_cut, err.slice_budget = sl.cut, sl.budget
         raise
@@ -262,9 +299,8 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
 def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str], *,
                config: str | Path | Mapping[str, Any] | None, stub_exprs: dict[str, str],
                sfile: Path | None, forbid: list[str], real: Iterable[str],
-               absent: Iterable[str], env: Mapping[str, str] | None, timeout: float,
-               memory_mb: int, drop_privileges: bool, check: bool,
-               keep_scratch: bool) -> list[RunResult]:
+               absent: Iterable[str], env: Mapping[str, str] | None, limits: Limits,
+               check: bool, keep_scratch: bool) -> list[RunResult]:
     canonical = {q: t["qualname"] for q, t in zip(targets, sl.targets, strict=True)}
     cfg = load_config(config)
     request_calls = []
@@ -275,14 +311,13 @@ def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str],
             "self": {k: encode_value(v, f"self.{k}") for k, v in c.self_attrs.items()},
             "positional": [encode_value(v, "positional argument") for v in c.positional],
         })
-    limits = Limits(timeout=timeout, memory_mb=memory_mb, drop_privileges=drop_privileges)
+    real = list(real)
     root, runtime, work, user_stubs = _layout(sl, sfile)
     try:
         request = {
-            "result_fd": -1,
             "slice_file": str(runtime / "slice.py"),
             "work_dir": str(work),
-            "real": list(real),
+            "real": real,
             "absent": list(absent),
             "stubs": stub_exprs,
             "forbid": forbid,
@@ -291,24 +326,29 @@ def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str],
             "calls": request_calls,
         }
         files = {p["file"] for p in sl.pieces}
-        outcome = launch(python_argv(runtime), json.dumps(request).encode(), root=root,
-                         work=work, limits=limits, env=base_env(work, dict(env or {})),
-                         slice_files=files)
+        read_only = [str(runtime), str(snap.root), *interpreter_dirs(), *package_dirs(real)]
+        outcome = launch(python_argv(runtime), request, root=root, work=work, limits=limits,
+                         env=base_env(work, dict(env or {})), slice_files=files,
+                         read_only=read_only)
     finally:
         if not keep_scratch:
             shutil.rmtree(root, ignore_errors=True)
+    return _results(snap, sl, outcome, limits, check)
+
+
+def _results(snap: Snapshot, sl: Slice, outcome: Any, limits: Limits,
+             check: bool) -> list[RunResult]:
+    """The child's validated report -> results; one :class:`RunFailed` when untrustworthy."""
     where = f" at {outcome.stuck_at}" if outcome.stuck_at else ""
     if outcome.timed_out:
-        raise RunFailed(f"run timed out after {timeout:g} s{where} (limit: timeout)")
-    try:
-        report = json.loads(outcome.result.decode("utf-8")) if outcome.result else None
-    except ValueError:
-        report = None
+        raise RunFailed(f"run timed out after {limits.timeout:g} s{where} (limit: timeout)")
+    report = parse_report(outcome.result, outcome.events, [t["qualname"] for t in sl.targets])
     if report is None:
         raise RunFailed(_death(outcome.returncode, limits, outcome.stderr))
+    if report.get("died"):  # refused, then died before reporting: the refusal is the news
+        _raise_for_sandbox(report, [], limits)
     results = [_result(sl, snap, c, outcome) for c in report.get("calls", [])]
-    confined = {"user": "nobody" if outcome.dropped_privileges else "caller",
-                "timeout": timeout, "memory_mb": memory_mb}
+    confined = {**outcome.confinement, "timeout": limits.timeout, "memory_mb": limits.memory_mb}
     for res in results:
         res.sandbox = confined
         res.definition_failures = report.get("definition_failures", [])
@@ -365,6 +405,7 @@ def run_function(snapshot: Snapshot | str | Path, qualname: str, *,
                  env: Mapping[str, str] | None = None,
                  timeout: float = 60.0,
                  memory_mb: int = 4096,
+                 sandbox: bool = True,
                  check: bool = False,
                  budget: int = DEFAULT_BUDGET) -> RunResult:
     """Call ``qualname`` from ``snapshot`` once, in a sandboxed child; see :func:`run_calls`.
@@ -376,4 +417,4 @@ def run_function(snapshot: Snapshot | str | Path, qualname: str, *,
     call = Call(qualname, dict(args or {}), dict(self_attrs or {}), list(positional or []))
     return run_calls(snapshot, [call], config=config, stubs=stubs, stub_file=stub_file,
                      forbid=forbid, real=real, absent=absent, env=env, timeout=timeout,
-                     memory_mb=memory_mb, check=check, budget=budget)[0]
+                     memory_mb=memory_mb, sandbox=sandbox, check=check, budget=budget)[0]

@@ -1,18 +1,48 @@
-"""Start the child: its own session, resource limits, trimmed environment, timeout.
+"""Start the child inside an operating-system sandbox (bubblewrap), with limits and a timeout.
 
 The code a run executes comes from an image, so it is treated as untrusted.
-Layers, from the outside in:
+Containment does not rely on code inside the untrusted interpreter: the
+kernel enforces it. Layers, from the outside in:
 
-* a separate process in a new session, killed as a group at the timeout (after
-  a ``SIGUSR1`` that makes ``faulthandler`` print where it was stuck);
+* **bubblewrap** (``bwrap``, Debian package ``bubblewrap``) builds a fresh
+  mount tree from explicit binds: ``/usr`` (and the ``/bin``/``/lib*`` links),
+  the interpreter's prefixes and the folders of ``--real`` packages, the slice
+  runtime and the snapshot, all **read-only**; the dynamic linker's cache from
+  ``/etc`` and nothing else of it (no ``/etc/shadow``, no ``/root``, no home);
+  ``/proc`` of the new PID namespace only; a minimal ``/dev``; a size-capped
+  private **tmpfs** as the scratch ``work`` folder, the only writable place
+  (the root of the tree is remounted read-only). New user, mount, PID, network,
+  IPC, UTS and cgroup namespaces (``--unshare-all --unshare-user``): no network
+  at all (only a down loopback), no other process visible. Inside, the code is
+  uid/gid 65534 with no capabilities (``--cap-drop ALL``) and cannot create
+  further user namespaces (``--disable-userns``); ``--new-session`` (no
+  terminal injection) and ``--die-with-parent``. bwrap's own PID 1 reaps, and
+  when the child exits (or is killed at the timeout) PID 1 exits and the kernel
+  kills every process left in the namespace: nothing outlives the run.
+* When recon runs as root and every bound folder is usable by ``nobody``,
+  bwrap itself is started as ``nobody`` too, so the sandbox's 65534 is the
+  host's 65534 (``RLIMIT_NPROC`` then binds as well). When the interpreter sits
+  under a private home (``/root`` is 0700), bwrap must run as the caller to
+  bind it; the sandbox's 65534 then maps to the caller outside the namespace,
+  still without capabilities and seeing nothing writable but its tmpfs
+  (``host_user`` in the run's ``sandbox`` record says which).
 * ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (no huge files),
-  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, no core dumps, ``PR_SET_PDEATHSIG``
-  (dies with the caller) and ``PR_SET_NO_NEW_PRIVS``;
-* when recon runs as root, the child runs as ``nobody`` and can write only to
-  its own scratch ``work`` folder (the runtime folder is read-only to it);
-* a trimmed environment (``HOME``/``TMPDIR`` in scratch, no proxies or tokens,
-  one CPU thread, no visible GPUs) and the scratch folder as working directory;
-* inside the child, the audit-hook guard (``guard.py``).
+  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, no core dumps, ``PR_SET_NO_NEW_PRIVS``;
+  a trimmed environment; a wall-clock timeout after which the whole sandbox is
+  killed (after a ``SIGUSR1`` that makes ``faulthandler`` say where it was).
+* Inside the child, the audit-hook guard (``guard.py``): the layer that makes a
+  refusal *readable* (a line of the slice), not the one that enforces it.
+
+Why bubblewrap rather than ``unshare(1)``: ``unshare`` creates namespaces but
+leaves the whole host file system visible; building a read-only tree from
+explicit binds, a tmpfs, a private ``/proc``, dropping capabilities and mapping
+to an unprivileged id would need a hand-written setup stage (more code, run as
+root, inside the namespace). bwrap does exactly that, declaratively, from one
+argv, is what Flatpak relies on, starts in a few milliseconds and is one apt
+package. Where it is missing or namespaces are not allowed (some containers)
+the run refuses with one line unless the caller passes ``sandbox=False``
+(``--no-sandbox``); there is no silent fallback. :func:`sandbox_problem` tries
+a real ``bwrap ... true`` once per process to know.
 """
 
 from __future__ import annotations
@@ -20,31 +50,43 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ReconError
+
 NOBODY = 65534
-_RESULT_CAP = 64 << 20
-_OUTPUT_CAP = 64 << 20
+_RESULT_CAP = 16 << 20
+_EVENTS_CAP = 1 << 20
 _TAIL = 20000
+#: host folders the dynamic linker and the interpreter need from /etc (nothing else of /etc)
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime")
+_TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 @dataclass
 class Limits:
-    """Resource limits of one run."""
+    """Resource limits of one run (and whether the OS sandbox is used)."""
 
     timeout: float = 60.0
     memory_mb: int = 4096
     file_mb: int = 64
     drop_privileges: bool = True
+    sandbox: bool = True
+    scratch_mb: int = 256  # size of the private tmpfs (the only writable folder)
+    processes: int = 512
 
 
 @dataclass
@@ -53,12 +95,19 @@ class Outcome:
 
     returncode: int | None
     result: bytes
+    events: bytes  # the guard's refusal records, written as they happen
     stdout: str
     stderr: str
     timed_out: bool
     wall_seconds: float
     stuck_at: str  # file:line of the slice where a timed-out child was (when known)
-    dropped_privileges: bool = False
+    confinement: dict[str, object]
+
+
+class SandboxUnavailable(ReconError):
+    """The OS sandbox cannot be started here, and the caller did not waive it."""
+
+    exit_code = 4
 
 
 def base_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -67,6 +116,8 @@ def base_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(work),
         "TMPDIR": str(work),
+        "USER": "nobody",
+        "LOGNAME": "nobody",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONHASHSEED": "0",
@@ -97,7 +148,8 @@ def _preexec(limits: Limits) -> None:
     fsize = limits.file_mb << 20
     for what, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
                         (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0),
-                        (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_NPROC, 512)):
+                        (resource.RLIMIT_NOFILE, 256),
+                        (resource.RLIMIT_NPROC, limits.processes)):
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(what, (value, value))
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -118,17 +170,126 @@ def _world_usable(path: str | Path) -> bool:
     return True
 
 
-def can_drop_privileges() -> bool:
-    """Root, and the interpreter and its libraries usable by ``nobody``."""
-    import sysconfig
-
+def can_drop_privileges(extra: Iterable[str | Path] = ()) -> bool:
+    """Root, and the interpreter, its libraries and ``extra`` usable by ``nobody``."""
     if os.geteuid() != 0:
         return False
-    paths = [sys.executable, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]]
+    paths = [sys.executable, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+             *extra]
     return all(_world_usable(p) for p in paths)
 
 
+def interpreter_dirs() -> list[str]:
+    """Folders the interpreter runs from: its prefixes and the real executable's folder."""
+    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                          sys.base_exec_prefix)}
+    dirs.add(os.path.dirname(os.path.realpath(sys.executable)))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            dirs.add(os.path.realpath(sysconfig.get_paths()[key]))
+    return _outermost(d for d in dirs if os.path.isdir(d))
+
+
+def package_dirs(names: Iterable[str]) -> list[str]:
+    """The ``site-packages`` folder of each importable ``--real`` package (found, not imported).
+
+    The whole folder is bound because a real package imports its own
+    dependencies from beside it (torch: numpy, sympy, typing_extensions ...).
+    """
+    import importlib.util
+
+    out = []
+    for name in names:
+        top = name.split(".")[0]
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if spec is not None and spec.origin and not locations:
+            locations = [spec.origin]
+        for loc in locations:
+            out.append(os.path.dirname(os.path.realpath(loc)))
+    return _outermost(d for d in out if os.path.isdir(d))
+
+
+def _outermost(dirs: Iterable[str]) -> list[str]:
+    """Drop folders that lie inside another folder of the list (one bind covers them)."""
+    result: list[str] = []
+    for d in sorted(set(dirs), key=len):
+        if not any(d == r or d.startswith(r.rstrip("/") + "/") for r in result):
+            result.append(d)
+    return result
+
+
+def _system_binds() -> list[str]:
+    """``/usr``, the top-level links into it (or folders where not links), the linker's /etc."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _TOP_LINKS:
+        top = Path("/") / name
+        if top.is_symlink():
+            args += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            args += ["--ro-bind", str(top), str(top)]
+    for name in _ETC:
+        if (Path("/etc") / name).exists():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def bwrap_argv(inner: list[str], *, read_only: Iterable[str], work: Path,
+               limits: Limits) -> list[str]:
+    """The bwrap command line around ``inner`` (see the module docstring for each choice)."""
+    args = [_bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns",
+            "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "recon-run",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args += _system_binds()
+    for path in _outermost(read_only):
+        if not path.startswith("/usr/"):
+            args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.scratch_mb << 20), "--perms", "0700", "--tmpfs", str(work),
+             "--remount-ro", "/", "--chdir", str(work), "--"]
+    return args + inner
+
+
+def _bwrap_path() -> str:
+    return shutil.which("bwrap") or "bwrap"
+
+
+@functools.lru_cache(maxsize=4)
+def sandbox_problem(as_nobody: bool = False) -> str | None:
+    """Why the OS sandbox cannot start here (None when it can): one real ``bwrap ... true``."""
+    if shutil.which("bwrap") is None:
+        return "bwrap (Debian package bubblewrap) is not installed"
+    probe = Path("/")
+    argv = bwrap_argv(["/usr/bin/true"], read_only=[], work=probe / "tmp", limits=Limits())
+    kwargs: dict[str, object] = {}
+    if as_nobody:
+        kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=20, check=False,  # noqa: S603
+                              cwd="/", **kwargs)  # type: ignore[call-overload]
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"bwrap did not start: {err}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+        return f"bwrap could not create the namespaces: {said[0][:200]}"
+    return None
+
+
+def require_sandbox(as_nobody: bool = False) -> None:
+    """Raise :class:`SandboxUnavailable` (one line) when the OS sandbox cannot start."""
+    why = sandbox_problem(as_nobody)
+    if why is not None:
+        raise SandboxUnavailable(
+            f"the OS sandbox of recon run is not available here ({why}); refusing to run "
+            "untrusted code without it: pass --no-sandbox (sandbox=False) to run with "
+            "resource limits and the in-process guard only")
+
+
 def _read_capped(fd: int, cap: int, sink: list[bytes]) -> None:
+    """Drain ``fd`` to EOF, keeping at most ``cap`` bytes (the writer is untrusted)."""
     total = 0
     with os.fdopen(fd, "rb", buffering=0) as fh:
         while True:
@@ -160,63 +321,150 @@ def stuck_site(stderr: str, slice_files: set[str]) -> str:
     return ""
 
 
-def launch(argv: list[str], request: bytes, *, root: Path, work: Path, limits: Limits,
-           env: dict[str, str], slice_files: set[str]) -> Outcome:
-    """Run ``argv`` with ``request`` on stdin; the child writes its result on fd ``result_fd``.
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (host pids, from ``/proc/*/task/*/children``)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", encoding="ascii") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
 
-    ``request`` must contain the placeholder ``"result_fd": -1`` which is
-    replaced with the real descriptor number.
-    """
-    rfd, wfd = os.pipe()
-    request = request.replace(b'"result_fd": -1', f'"result_fd": {wfd}'.encode(), 1)
-    out_path, err_path = root / "stdout.txt", root / "stderr.txt"
+
+def _is_interpreter(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            first = fh.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return first == os.fsencode(sys.executable)
+
+
+def _interrupt_and_kill(proc: subprocess.Popen[bytes], timed_out: bool) -> None:
+    """Ask the interpreter where it is (on a timeout), then kill the sandbox and its group."""
+    below = descendants(proc.pid)
+    if timed_out:
+        targets = [p for p in below if _is_interpreter(p)][:1] or [proc.pid]
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGUSR1)  # faulthandler: where is it stuck?
+        time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in below:  # bwrap's PID 1 takes the namespace down; this is belt and braces
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _returncode(code: int | None, sandboxed: bool) -> int | None:
+    """bwrap reports a child killed by signal N as exit 128+N: back to ``-N``."""
+    if sandboxed and code is not None and code > 128 and \
+            (code - 128) in signal.Signals._value2member_map_:
+        return -(code - 128)
+    return code
+
+
+@dataclass
+class _Plan:
+    argv: list[str]
+    popen: dict[str, object]
+    confinement: dict[str, object]
+
+
+def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str]) -> _Plan:
+    """How to start the child: the OS sandbox (bwrap), or, when waived, rlimits only."""
+    if limits.sandbox:
+        as_nobody = limits.drop_privileges and can_drop_privileges(read_only)
+        require_sandbox(as_nobody)
+        popen: dict[str, object] = {"cwd": "/"}
+        if as_nobody:
+            popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
+        host = "nobody" if as_nobody else ("root" if os.geteuid() == 0 else "caller")
+        return _Plan(bwrap_argv(inner, read_only=read_only, work=work, limits=limits), popen,
+                     {"os_sandbox": "bwrap", "user": "nobody", "host_user": host,
+                      "network": False})
     drop = limits.drop_privileges and can_drop_privileges()
-    kwargs: dict[str, object] = {}
+    popen = {"cwd": str(work)}
     if drop:
         os.chown(work, NOBODY, NOBODY)
-        kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
+        popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
+    user = "nobody" if drop else "caller"
+    return _Plan(inner, popen, {"os_sandbox": "none", "user": user, "host_user": user,
+                                "network": True})
+
+
+def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Path,
+           limits: Limits, env: dict[str, str], slice_files: set[str],
+           read_only: list[str]) -> Outcome:
+    """Run ``inner`` (sandboxed unless waived) with ``request`` as JSON on stdin.
+
+    The child gets two pipes: ``result_fd`` for its report and ``events_fd``
+    for the guard's refusals, written as each happens. Both are read capped;
+    what they hold is untrusted data (the runner validates it).
+    """
+    import json
+
+    plan = _plan(inner, work=work, limits=limits, read_only=read_only)
+    rfd, wfd = os.pipe()
+    efd_r, efd_w = os.pipe()
+    data = json.dumps({**request, "result_fd": wfd, "events_fd": efd_w}).encode()
+    out_path, err_path = root / "stdout.txt", root / "stderr.txt"
     start = time.monotonic()
     with open(out_path, "wb") as out_fh, open(err_path, "wb") as err_fh:
-        if drop:
+        if plan.popen.get("user") == NOBODY:
             os.fchown(out_fh.fileno(), NOBODY, NOBODY)
             os.fchown(err_fh.fileno(), NOBODY, NOBODY)
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv is ours
-                argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, cwd=work, env=env,
-                pass_fds=(wfd,), start_new_session=True, close_fds=True,
-                preexec_fn=lambda: _preexec(limits), **kwargs)  # type: ignore[arg-type]
+                plan.argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, env=env,
+                pass_fds=(wfd, efd_w), start_new_session=True, close_fds=True,
+                preexec_fn=lambda: _preexec(limits), **plan.popen)  # type: ignore[call-overload]
         finally:
             os.close(wfd)
+            os.close(efd_w)
         chunks: list[bytes] = []
-        reader = threading.Thread(target=_read_capped, args=(rfd, _RESULT_CAP, chunks),
-                                  daemon=True)
-        reader.start()
-        timed_out = False
-        try:
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(request)
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            proc.wait(timeout=limits.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: where is it stuck?
-                time.sleep(0.3)
-            except ProcessLookupError:
-                pass
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
-            proc.wait()
-        reader.join(timeout=5)
+        events: list[bytes] = []
+        readers = [threading.Thread(target=_read_capped, args=(fd, cap, sink), daemon=True)
+                   for fd, cap, sink in ((rfd, _RESULT_CAP, chunks), (efd_r, _EVENTS_CAP, events))]
+        for reader in readers:
+            reader.start()
+        timed_out = _feed_and_wait(proc, data, limits.timeout)
+        _interrupt_and_kill(proc, timed_out)
+        proc.wait()
+        for reader in readers:
+            reader.join(timeout=5)
     stderr = _tail(err_path)
-    return Outcome(returncode=proc.returncode, result=b"".join(chunks), stdout=_tail(out_path),
+    return Outcome(returncode=_returncode(proc.returncode, limits.sandbox),
+                   result=b"".join(chunks), events=b"".join(events), stdout=_tail(out_path),
                    stderr=stderr, timed_out=timed_out, wall_seconds=time.monotonic() - start,
                    stuck_at=stuck_site(stderr, slice_files) if timed_out else "",
-                   dropped_privileges=drop)
+                   confinement=plan.confinement)
+
+
+def _feed_and_wait(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> bool:
+    """Write the request, wait for the child; True when it ran past ``timeout``."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
 
 
 def python_argv(runtime: Path) -> list[str]:
