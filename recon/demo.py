@@ -15,8 +15,8 @@ from typing import Any
 
 from .errors import ReconError
 from .recipes import RecipeResult, all_recipes, run_recipe
-from .snapshot import Snapshot
 from .snapcache import ensure_snapshot
+from .snapshot import Snapshot
 
 
 def examples_dir() -> Path:
