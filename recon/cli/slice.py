@@ -163,6 +163,10 @@ def run_cmd(
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE in the run's environment."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before the run is killed."),
     memory: int = typer.Option(4096, "--memory", help="Memory limit in MiB."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox",
+                                    help="Run without the OS sandbox (bubblewrap namespaces) "
+                                         "where it is not available: resource limits and the "
+                                         "in-process guard only. Never implied."),
     check: bool = typer.Option(False, "--check", help="Exit non-zero (4) when the function raises."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     budget: int | None = _budget_option(),
@@ -179,7 +183,7 @@ def run_cmd(
                            config=config, stubs=dict(_pairs(stub, "--stub")),
                            stub_file=stub_file, forbid=forbid, real=real, absent=absent,
                            env=dict(_pairs(env, "--env")), timeout=timeout, memory_mb=memory,
-                           budget=_budget(budget))
+                           sandbox=not no_sandbox, budget=_budget(budget))
     except RunFailed as err:
         _warn_cut(err.slice_cut, err.slice_budget)
         if as_json:
