@@ -333,16 +333,19 @@ def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str],
     finally:
         if not keep_scratch:
             shutil.rmtree(root, ignore_errors=True)
-    return _results(snap, sl, outcome, limits, check)
+    return _results(snap, sl, outcome, limits, check, [rc["target"] for rc in request_calls])
 
 
-def _results(snap: Snapshot, sl: Slice, outcome: Any, limits: Limits,
-             check: bool) -> list[RunResult]:
-    """The child's validated report -> results; one :class:`RunFailed` when untrustworthy."""
+def _results(snap: Snapshot, sl: Slice, outcome: Any, limits: Limits, check: bool,
+             targets: list[str]) -> list[RunResult]:
+    """The child's validated report -> results; one :class:`RunFailed` when untrustworthy.
+
+    ``targets``: the canonical target of each requested call, in order.
+    """
     where = f" at {outcome.stuck_at}" if outcome.stuck_at else ""
     if outcome.timed_out:
         raise RunFailed(f"run timed out after {limits.timeout:g} s{where} (limit: timeout)")
-    report = parse_report(outcome.result, outcome.events, [t["qualname"] for t in sl.targets])
+    report = parse_report(outcome.result, outcome.events, targets)
     if report is None:
         raise RunFailed(_death(outcome.returncode, limits, outcome.stderr))
     if report.get("died"):  # refused, then died before reporting: the refusal is the news
