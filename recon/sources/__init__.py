@@ -25,7 +25,8 @@ def split_ref(ref: str) -> tuple[str, str]:
 def open_source(ref: str, *, packages: list[str], platform: str | None = None,
                 max_layer_size: int | None = None, insecure: bool | None = None,
                 docker_read: str = "site", python: str | None = None,
-                progress: Callable[[Layer, str], None] | None = None) -> Image:
+                progress: Callable[[Layer, str], None] | None = None,
+                max_ratio: float | None = None) -> Image:
     """Open ``ref`` without starting anything; the caller must ``close()`` the image.
 
     ``insecure`` (``registry:`` only) allows plain HTTP to a loopback registry;
@@ -36,6 +37,9 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     save``, so each file's layer is known; ``progress`` then follows the
     export as a stand-in layer of index -1).
     ``python`` (``docker:`` only) is ``--python``: its prefix is searched too.
+    ``max_ratio`` caps a compressed layer's (or wheel's) uncompressed size at
+    that many times its compressed size, above a 1 GiB floor; ``None`` is
+    ``RECON_MAX_RATIO`` or 100, and 0 turns the ratio cap off.
     """
     scheme, rest = split_ref(ref)
     if docker_read != "site" and scheme != "docker":
@@ -45,7 +49,7 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
         from .registry import open_registry
 
         return open_registry(rest, platform=platform, max_layer_size=max_layer_size,
-                             insecure=insecure)
+                             insecure=insecure, max_ratio=max_ratio)
     if scheme == "docker":
         from .daemon import open_daemon
 
@@ -54,16 +58,17 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     if scheme == "docker-archive":
         from .archive import open_docker_archive
 
-        return open_docker_archive(rest, platform=platform, max_layer_size=max_layer_size)
+        return open_docker_archive(rest, platform=platform, max_layer_size=max_layer_size,
+                                   max_ratio=max_ratio)
     if scheme in ("oci", "oci-archive"):
         from .archive import open_oci
 
         return open_oci(rest, archive=scheme == "oci-archive", platform=platform,
-                        max_layer_size=max_layer_size)
+                        max_layer_size=max_layer_size, max_ratio=max_ratio)
     if scheme == "wheel":
         from .wheel import open_wheel
 
-        return open_wheel(rest)
+        return open_wheel(rest, max_ratio=max_ratio)
     if scheme == "pip":
         from .pip import open_pip
 

@@ -56,7 +56,7 @@ from typing import IO, Any, Protocol
 
 from ..blobcache import BlobCache, Tee, check_digest, digest_of
 from ..errors import ReconError, UnsafeArchiveError
-from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer
+from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer, layer_cap
 from .streams import Bounded, CountingReader
 
 ESTARGZ_TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
@@ -375,7 +375,8 @@ class LazyLayer(Layer):
     def __init__(self, index: int, digest: str, *, fmt: str, annotations: dict[str, str],
                  make_reader: Callable[[], RangeReader], cache: BlobCache,
                  fallback: Callable[[], Layer], diff_id: str | None = None,
-                 media_type: str = "", size: int = 0, max_layer_size: int | None = None) -> None:
+                 media_type: str = "", size: int = 0, max_layer_size: int | None = None,
+                 max_ratio: float | None = None) -> None:
         super().__init__(index, digest, diff_id=diff_id, media_type=media_type, size=size)
         self.fmt = fmt
         self.annotations = annotations
@@ -383,6 +384,7 @@ class LazyLayer(Layer):
         self.cache = cache
         self.fallback = fallback
         self.max_layer_size = max_layer_size
+        self.max_ratio = max_ratio
         self.where = f"layer {index} ({digest[:19]})"
         self._toc: list[TocEntry] | None = None
         self._reader: RangeReader | None = None
@@ -427,10 +429,9 @@ class LazyLayer(Layer):
             self._whole = self.fallback()
             return
         total = sum(e.size for e in toc)
-        if self.max_layer_size is not None and total > self.max_layer_size:
-            raise UnsafeArchiveError(
-                f"layer expands past {self.max_layer_size} bytes when decompressed (decompression bomb? "
-                "raise the cap with --max-layer-size)", where=self.where)
+        cap, hint = layer_cap(self.size, self.max_layer_size, self.max_ratio)
+        if cap is not None and total > cap:
+            raise UnsafeArchiveError(f"layer's table of contents adds up to {hint}", where=self.where)
         self.cache.write_derived(key, self.digest, json.dumps([asdict(e) for e in toc]).encode())
         self._toc = toc
 

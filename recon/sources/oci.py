@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..blobcache import check_digest
 from ..errors import ReconError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -28,9 +29,14 @@ MANIFEST_TYPES = {OCI_MANIFEST, DOCKER_MANIFEST}
 DEFAULT_PLATFORM = "linux/amd64"
 
 
+#: Nested indexes followed at most this deep (real images nest one level; a cycle is caught sooner).
+MAX_INDEX_DEPTH = 8
+
+
 def platform_of(desc: dict[str, Any]) -> str:
     """``os/arch[/variant]`` of an index entry (``?`` for a missing part)."""
-    p = desc.get("platform") or {}
+    p = desc.get("platform")
+    p = p if isinstance(p, dict) else {}
     s = f"{p.get('os', '?')}/{p.get('architecture', '?')}"
     return f"{s}/{p['variant']}" if p.get("variant") else s
 
@@ -41,15 +47,51 @@ def is_index(doc: dict[str, Any], media_type: str | None = None) -> bool:
     return mt in INDEX_TYPES or (mt not in MANIFEST_TYPES and "manifests" in doc and "layers" not in doc)
 
 
+def descriptor(desc: Any, what: str, *, where: str | None = None) -> tuple[str, int | None]:
+    """(digest, size) of a descriptor from an image, both checked; one line if it is malformed.
+
+    Why: a descriptor is the only thing a blob path or a range request is
+    built from, so the digest must be a registered algorithm with the right
+    hex length before it goes near a path, and a size that is not a
+    non-negative integer must not reach a comparison or an HTTP header.
+    """
+    if not isinstance(desc, dict):
+        raise ReconError(f"{what} descriptor is not a JSON object", where=where)
+    digest = desc.get("digest")
+    if digest is None:
+        raise ReconError(f"{what} descriptor has no digest", where=where)
+    check_digest(digest, where=where)
+    size = desc.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise ReconError(f"{what} {digest} has a bad size {size!r}", where=where)
+    return digest, size
+
+
+def _listed(index: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """An index's image entries, attestations left out; every one checked for shape."""
+    raw = index.get("manifests")
+    if not isinstance(raw, list):
+        raise ReconError("the OCI index has no manifests list", where=where)
+    for i, m in enumerate(raw):
+        descriptor(m, f"index entry {i}", where=where)
+        for key in ("annotations", "platform"):
+            if m.get(key) is not None and not isinstance(m[key], dict):
+                raise ReconError(f"index entry {i}: {key} is not a JSON object", where=where)
+    return [m for m in raw
+            if (m.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+
+
 def pick_manifest(index: dict[str, Any], platform: str | None, where: str,
-                  load: Callable[[str], dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
+                  load: Callable[[dict[str, Any]], dict[str, Any]], *,
+                  _seen: frozenset[str] = frozenset()) -> tuple[dict[str, Any], str | None]:
     """Follow an index (possibly nested) down to one image manifest descriptor.
 
-    ``load(digest)`` returns a nested index document. Returns the chosen
-    descriptor and its platform (``None`` when the index does not say).
+    ``load(descriptor)`` returns a nested index document (its digest
+    checked). Returns the chosen descriptor and its platform (``None`` when
+    the index does not say). A cycle of indexes, or nesting deeper than
+    ``MAX_INDEX_DEPTH``, is one error line instead of a recursion crash.
     """
-    manifests = [m for m in index.get("manifests") or []
-                 if (m.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
+    manifests = _listed(index, where)
     if not manifests:
         raise ReconError("the OCI index lists no manifests", where=where)
     images = [m for m in manifests if m.get("platform")]
@@ -66,5 +108,21 @@ def pick_manifest(index: dict[str, Any], platform: str | None, where: str,
     else:
         chosen = manifests[0]
     if chosen.get("mediaType") in INDEX_TYPES:
-        return pick_manifest(load(chosen["digest"]), platform, where, load)
+        digest = str(chosen["digest"])
+        if digest in _seen:
+            raise ReconError(f"the OCI index {digest} contains itself (a cycle of indexes)", where=where)
+        if len(_seen) >= MAX_INDEX_DEPTH:
+            raise ReconError(f"OCI indexes nested more than {MAX_INDEX_DEPTH} deep", where=where)
+        return pick_manifest(load(chosen), platform, where, load, _seen=_seen | {digest})
     return chosen, platform_of(chosen) if chosen.get("platform") else None
+
+
+def diff_ids_of(config: dict[str, Any], count: int, where: str) -> list[str]:
+    """The config's ``rootfs.diff_ids``, validated, one per layer (the engine refuses otherwise)."""
+    rootfs = config.get("rootfs")
+    raw = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(raw, list):
+        raise ReconError("image config has no rootfs.diff_ids list", where=where)
+    if len(raw) != count:
+        raise ReconError(f"image config lists {len(raw)} diff_ids for {count} layers", where=where)
+    return [check_digest(d, where=where) for d in raw]

@@ -45,7 +45,7 @@ from ..errors import ReconError
 from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Entry, Image, ImageConfig, Layer
 from .lazy import LazyLayer, lazy_format
-from .oci import DOCKER_SCHEMA1, INDEX_TYPES, MANIFEST_TYPES, is_index, pick_manifest
+from .oci import DOCKER_SCHEMA1, INDEX_TYPES, MANIFEST_TYPES, diff_ids_of, is_index, pick_manifest
 from .streams import Bounded
 
 ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES)])
@@ -416,12 +416,9 @@ class RegistryClient:
             self.cache.put_bytes(digest, body, where=self.where)
         else:
             digest = reference
-        try:
-            doc = json.loads(body)
-        except ValueError as err:
-            raise ReconError(f"manifest {digest} is not JSON ({err})", where=self.where) from err
-        if not isinstance(doc, dict):
-            raise ReconError(f"manifest {digest} is not a JSON object", where=self.where)
+        from .base import json_object
+
+        doc = json_object(body, f"manifest {digest}", where=self.where)
         media = str(doc.get("mediaType") or "")
         if media in DOCKER_SCHEMA1 or doc.get("schemaVersion") == 1:
             raise ReconError("Docker schema 1 manifests are not supported (push the image again "
@@ -508,7 +505,7 @@ class _FileRanges:
 
 # --- layers ------------------------------------------------------------------------------
 
-LISTING = "tar-listing-v2"
+LISTING = "tar-listing-v3"  # v3: {"diff_id": verified against, "records": [...]}
 TEE_MAX = 64 << 20  # files opened up to this size are also kept in the blob cache
 
 
@@ -535,11 +532,13 @@ class RemoteLayer(Layer):
     """
 
     def __init__(self, client: RegistryClient, index: int, desc: dict[str, Any], *,
-                 diff_id: str | None, max_layer_size: int | None, cancel: threading.Event) -> None:
+                 diff_id: str | None, max_layer_size: int | None, cancel: threading.Event,
+                 max_ratio: float | None = None) -> None:
         super().__init__(index, desc["digest"], diff_id=diff_id, media_type=desc.get("mediaType", ""),
                          size=int(desc.get("size") or 0))
         self.client = client
         self.max_layer_size = max_layer_size
+        self.max_ratio = max_ratio
         self.cancel = cancel
         self.compressed = "gzip" in self.media_type or "zstd" in self.media_type
         self.future: Future[None] | None = None
@@ -569,6 +568,9 @@ class RemoteLayer(Layer):
         return ForwardReader(plain)  # type: ignore[return-value]
 
     def entries(self) -> Iterator[Entry]:
+        """The first read walks the whole tar, hashing it against the config's diff_id; the
+        listing it leaves is kept only once that check passed, and names the diff_id it
+        was checked against (another image's config may claim another one)."""
         if self.future is not None:
             self.future.result()
         else:
@@ -578,25 +580,38 @@ class RemoteLayer(Layer):
         listing = cache.read_derived(LISTING, self.digest)
         if listing is not None:
             try:
-                records = json.loads(listing)
-            except ValueError:
-                records = None
-            if isinstance(records, list):
-                yield from self._from_listing(records)
+                doc = json.loads(listing)
+            except (ValueError, RecursionError):
+                doc = None
+            if isinstance(doc, dict) and doc.get("diff_id") == self.diff_id and \
+                    isinstance(doc.get("records"), list):
+                yield from self._from_listing(doc["records"])
                 return
-        from .base import FILE, seekable_tar_entries
+        from .base import FILE, LayerCheck, verified_tar_entries
+        from .streams import CountingReader
+
+        def on_read(n: int) -> None:
+            self.bytes_read += n
 
         records = []
         offsets: list[int] = []
-        with open(cache.path(self.digest), "rb") as raw, self._plain(raw) as plain:
-            for entry in seekable_tar_entries(plain, where=self.where, on_offset=offsets.append,
-                                              max_layer_size=self.max_layer_size):
+        check = LayerCheck(diff_id=self.diff_id, stored_size=self.size or None,
+                           max_layer_size=self.max_layer_size, max_ratio=self.max_ratio,
+                           name=f"layer {self.index}")
+        with open(cache.path(self.digest), "rb") as raw:
+            counted = io.BufferedReader(CountingReader(raw, on_read), 1 << 20)  # type: ignore[arg-type]
+            for entry in verified_tar_entries(counted, check, where=self.where,
+                                              on_offset=offsets.append):
                 rec = [entry.name, entry.kind, entry.size, entry.linkname, entry.mode, offsets[-1], None]
                 records.append(rec)
                 if entry.kind == FILE and entry.open is not None and 0 < entry.size <= TEE_MAX:
                     entry.open = self._teeing(entry.open, entry.size, rec)
                 yield entry
-        cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
+        self._keep_listing(records)
+
+    def _keep_listing(self, records: list[list[Any]]) -> None:
+        doc = {"diff_id": self.diff_id, "records": records}
+        self.client.cache.write_derived(LISTING, self.digest, json.dumps(doc, separators=(",", ":")).encode())
 
     def _teeing(self, opener: Callable[[], IO[bytes]], size: int, rec: list[Any]) -> Callable[[], IO[bytes]]:
         return lambda: io.BufferedReader(_kept(opener(), size, self.client.cache, rec), 1 << 20)
@@ -645,7 +660,7 @@ class RemoteLayer(Layer):
         finally:
             _close(state)
         if any(known[id(r)] != r[6] for r in records):  # files newly kept: remember them
-            cache.write_derived(LISTING, self.digest, json.dumps(records, separators=(",", ":")).encode())
+            self._keep_listing(records)
 
 
 def _close(state: dict[str, Any]) -> None:
@@ -656,15 +671,23 @@ def _close(state: dict[str, Any]) -> None:
             fh.close()
 
 
-def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: str | None,
-               max_layer_size: int | None, cancel: threading.Event) -> Layer:
-    digest = check_digest(str(desc.get("digest") or ""), where=client.where)
-    size = int(desc.get("size") or 0)
-    fmt = lazy_format(desc.get("annotations"))
+def _layer_for(client: RegistryClient, i: int, desc: Any, diff_id: str | None,
+               max_layer_size: int | None, cancel: threading.Event,
+               max_ratio: float | None = None) -> Layer:
+    from .oci import descriptor
+
+    digest, size_or_none = descriptor(desc, f"layer {i}", where=client.where)
+    size = size_or_none or 0
+    annotations = desc.get("annotations")
+    if annotations is not None and (not isinstance(annotations, dict)
+                                    or not all(isinstance(v, str) for v in annotations.values())):
+        raise ReconError(f"layer {i} {digest}: annotations are not an object of strings",
+                         where=client.where)
+    fmt = lazy_format(annotations)
 
     def whole() -> Layer:
         return RemoteLayer(client, i, desc, diff_id=diff_id, max_layer_size=max_layer_size,
-                           cancel=cancel)
+                           cancel=cancel, max_ratio=max_ratio)
 
     if fmt is None or size <= 0 or os.environ.get("RECON_REGISTRY_LAZY", "1") == "0":
         return whole()
@@ -675,10 +698,24 @@ def _layer_for(client: RegistryClient, i: int, desc: dict[str, Any], diff_id: st
             return _FileRanges(str(cache.path(digest)), size)
         return _HttpRanges(client, digest, size)
 
-    return LazyLayer(i, digest, fmt=fmt, annotations=dict(desc.get("annotations") or {}),
+    return LazyLayer(i, digest, fmt=fmt, annotations=dict(annotations or {}),
                      make_reader=reader, cache=cache, fallback=whole, diff_id=diff_id,
                      media_type=str(desc.get("mediaType") or ""), size=size,
-                     max_layer_size=max_layer_size)
+                     max_layer_size=max_layer_size, max_ratio=max_ratio)
+
+
+def _config(client: RegistryClient, desc: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The image config (a JSON object) by its descriptor; the blob cache checks its digest."""
+    from .base import json_object
+    from .oci import descriptor
+
+    cfg_digest, size = descriptor(desc, "image config", where=client.where)
+    if size is not None and size > MAX_CONFIG:
+        raise ReconError(f"image config {cfg_digest} is {size} bytes (over {MAX_CONFIG})",
+                         where=client.where)
+    client.fetch_blob(cfg_digest, size or None)
+    raw_cfg = client.cache.read(cfg_digest, MAX_CONFIG) or b""
+    return json_object(raw_cfg, f"image config {cfg_digest}", where=client.where), cfg_digest
 
 
 def _workers() -> int:
@@ -689,7 +726,8 @@ def _workers() -> int:
 
 
 def open_registry(rest: str, *, platform: str | None = None, max_layer_size: int | None = None,
-                  insecure: bool | None = None, cache: BlobCache | None = None) -> Image:
+                  insecure: bool | None = None, cache: BlobCache | None = None,
+                  max_ratio: float | None = None) -> Image:
     """Resolve ``rest`` (``HOST/REPO:TAG`` or ``...@sha256:...``) to an :class:`Image`.
 
     Layer downloads start at once in the background (top layer first, the
@@ -701,7 +739,10 @@ def open_registry(rest: str, *, platform: str | None = None, max_layer_size: int
         insecure = insecure_from_env(ref.api_host)
     client = RegistryClient(ref, insecure=insecure, cache=cache)
     try:
-        return _open(client, ref, platform, max_layer_size)
+        from .base import max_ratio_default
+
+        ratio = max_ratio_default() if max_ratio is None else max_ratio
+        return _open(client, ref, platform, max_layer_size, ratio)
     except BaseException:
         client.close()
         raise
@@ -726,7 +767,7 @@ def resolve_digest(rest: str, *, insecure: bool | None = None) -> str:
 
 
 def _open(client: RegistryClient, ref: Reference, platform: str | None,
-          max_layer_size: int | None) -> Image:
+          max_layer_size: int | None, max_ratio: float | None = None) -> Image:
     where = client.where
     doc, media, digest = client.manifest(ref.reference)
     index_digest = None
@@ -734,28 +775,21 @@ def _open(client: RegistryClient, ref: Reference, platform: str | None,
     if is_index(doc, media or None):
         index_digest = digest
 
-        def load(d: str) -> dict[str, Any]:
-            return client.manifest(d)[0]
+        def load(d: dict[str, Any]) -> dict[str, Any]:
+            return client.manifest(check_digest(d.get("digest"), where=where))[0]
 
         desc, plat = pick_manifest(doc, platform, where, load)
-        doc, media, digest = client.manifest(check_digest(str(desc.get("digest")), where=where))
+        doc, media, digest = client.manifest(check_digest(desc.get("digest"), where=where))
         if is_index(doc, media or None):
             raise ReconError("an index entry that should be an image manifest is an index", where=where)
-    if "layers" not in doc or "config" not in doc:
+    if not isinstance(doc.get("layers"), list) or not isinstance(doc.get("config"), dict):
         raise ReconError(f"manifest {digest} has no config or layers ({media or 'no media type'})",
                          where=where)
-    cfg_desc = doc["config"]
-    cfg_digest = check_digest(str(cfg_desc.get("digest") or ""), where=where)
-    client.fetch_blob(cfg_digest, int(cfg_desc.get("size") or 0) or None)
-    raw_cfg = client.cache.read(cfg_digest, MAX_CONFIG) or b""
-    try:
-        config_blob = json.loads(raw_cfg)
-    except ValueError as err:
-        raise ReconError(f"image config {cfg_digest} is not JSON ({err})", where=where) from err
-    diff_ids = (config_blob.get("rootfs") or {}).get("diff_ids") or []
+    config_blob, cfg_digest = _config(client, doc["config"])
+    diff_ids = diff_ids_of(config_blob, len(doc["layers"]), where)
     cancel = threading.Event()
-    layers = [_layer_for(client, i, ld, diff_ids[i] if i < len(diff_ids) else None, max_layer_size, cancel)
-              for i, ld in enumerate(doc.get("layers") or [])]
+    layers = [_layer_for(client, i, ld, diff_ids[i], max_layer_size, cancel, max_ratio)
+              for i, ld in enumerate(doc["layers"])]
     lazy = [ly for ly in layers if isinstance(ly, LazyLayer)]
     for ly in lazy:
         ly.above = [up for up in lazy if up.index > ly.index]
@@ -770,7 +804,7 @@ def _open(client: RegistryClient, ref: Reference, platform: str | None,
         pool.shutdown(wait=True, cancel_futures=True)
         client.close()
 
-    cfg = ImageConfig.from_image_json(config_blob)
+    cfg = ImageConfig.from_image_json(config_blob, where=where)
     extra: dict[str, Any] = {"registry": ref.registry, "repository": ref.repository,
                              "config_digest": cfg_digest}
     if ref.tag:

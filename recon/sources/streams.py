@@ -318,3 +318,90 @@ class ReadAhead(io.RawIOBase):
             self._thread.join()
             self._raw.close()
         super().close()
+
+
+class Digesting(io.RawIOBase):
+    """Hashes every byte read through it; at the end of the stream checks digest and size.
+
+    Why here and not after the walk: the squash consumes a layer as a stream
+    (headers, then only the members it keeps), so the one place that sees
+    every byte is the stream itself. The check runs when ``raw`` reports its
+    end (or when :func:`drain` reads the rest), so a mismatch is raised out
+    of the layer's entry iterator, before the squash returns and before any
+    snapshot is committed. ``expect`` is a validated ``algo:hex`` digest;
+    ``what`` names the blob in the error ("blob sha256:... of layer 2").
+    """
+
+    def __init__(self, raw: IO[bytes], expect: str, *, what: str, where: str,
+                 size: int | None = None) -> None:
+        import hashlib
+
+        self._raw = raw
+        self.expect = expect
+        self.size = size
+        self.what = what
+        self.where = where
+        self.hash = hashlib.new(expect.partition(":")[0])
+        self.count = 0
+        self.checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        n = self._raw.readinto(buf) or 0  # type: ignore[attr-defined]
+        if n:
+            self.hash.update(memoryview(buf)[:n])
+            self.count += n
+            if self.size is not None and self.count > self.size:
+                self._fail(f"is longer than the {self.size} bytes its descriptor says")
+        elif not self.checked:
+            self.check()
+        return n
+
+    def check(self) -> None:
+        """Compare what went through with ``expect`` (called at the end of the stream)."""
+        self.checked = True
+        if self.size is not None and self.count != self.size:
+            self._fail(f"is {self.count} bytes, not the {self.size} its descriptor says")
+        got = f"{self.hash.name}:{self.hash.hexdigest()}"
+        if got != self.expect:
+            self._fail(f"does not match its digest (got {got})")
+
+    def _fail(self, why: str) -> None:
+        from ..blobcache import DigestMismatch
+
+        self.checked = True
+        raise DigestMismatch(f"{self.what} {why}: corrupt or tampered", where=self.where)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+def drain(stream: IO[bytes], *, limit: int | None, where: str, what: str) -> int:
+    """Read ``stream`` to its end (so a :class:`Digesting` underneath checks), at most ``limit`` bytes.
+
+    A layer's digest covers the bytes after the tar's end-of-archive blocks
+    too; they are read, never kept. ``limit`` keeps trailing data from being
+    a decompression bomb of its own.
+    """
+    from ..errors import UnsafeArchiveError
+
+    scratch = bytearray(1 << 20)
+    view = memoryview(scratch)
+    readinto = getattr(stream, "readinto", None)
+    total = 0
+    while True:
+        if readinto is not None:
+            n = readinto(view) or 0
+        else:
+            data = stream.read(len(view))
+            n = len(data)
+        if not n:
+            return total
+        total += n
+        if limit is not None and total > limit:
+            raise UnsafeArchiveError(f"{what} goes on past {limit} bytes after the end of the tar "
+                                     "(decompression bomb?)", where=where)

@@ -36,7 +36,10 @@ from .streams import Bounded, stream_error
 
 BLOCK = 512
 _ZERO = bytes(BLOCK)
-_SPECIAL_MAX = 1 << 20  # long names and PAX records (the Docker engine's Go reader uses the same cap)
+_SPECIAL_MAX = 1 << 20  # PAX records (the Docker engine's Go reader uses the same cap)
+_LONG_MAX = 64 << 10  # a GNU long name or link: far above PATH_MAX, so the name check below says why
+PATH_MAX = 4096  # the kernel's limits: no layer the engine can apply holds a longer name...
+NAME_MAX = 255  # ... or a longer component
 _KINDS = {b"0": FILE, b"\0": FILE, b"7": FILE, b"1": HARDLINK, b"2": SYMLINK, b"5": DIR,
           b"3": OTHER, b"4": OTHER, b"6": OTHER}
 _SPECIAL = (b"L", b"K", b"x", b"X", b"g")  # GNU long name/link, PAX (and Solaris X), global PAX
@@ -106,7 +109,7 @@ def _sparse(name: str, where: str) -> IO[bytes]:
 
 
 def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", prefix: str = "",
-                max_size: int | None = None,
+                max_size: int | None = None, cap_hint: str | None = None, noun: str = "layer",
                 on_offset: Callable[[int], None] | None = None) -> Iterator[Entry]:
     """Entries of an uncompressed tar stream, in archive order.
 
@@ -114,7 +117,9 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
     otherwise it is read and dropped (a decompressor). ``strip``/``prefix``
     rename members (see :func:`member_name`). ``on_offset`` receives each
     member's data offset (progress, and the registry's offset listing).
-    ``Entry.open()`` is valid until the next entry is requested.
+    ``Entry.open()`` is valid until the next entry is requested. ``cap_hint``
+    words the error past ``max_size``; ``noun`` names the tar in errors
+    ("layer", "archive").
     """
     read = raw.read
     scratch = memoryview(bytearray(1 << 20))
@@ -131,12 +136,12 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
             # is then served from the same buffer refill.
             raw.seek(n - 1, io.SEEK_CUR)
             if not read(1):
-                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
+                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
             pos += n
             return
         if fast_skip is not None:
             if fast_skip(n) != n:
-                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
+                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
             pos += n
             return
         readinto = raw.readinto  # type: ignore[attr-defined]
@@ -144,18 +149,19 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
         while left:
             got = readinto(scratch[: min(left, len(scratch))])
             if not got:
-                raise ReconError(f"layer ends inside {name!r} (truncated)", where=where)
+                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
             left -= got
         pos += n
 
     def special(size: int, kind: str) -> bytes:
         nonlocal pos
-        if size > _SPECIAL_MAX:
+        most = _SPECIAL_MAX if kind == "PAX" else _LONG_MAX
+        if size > most:
             raise UnsafeArchiveError(f"{kind} header of {size} bytes at offset {pos} (over the "
-                                     f"{_SPECIAL_MAX}-byte cap)", where=where)
+                                     f"{most}-byte cap)", where=where)
         data = read(size)
         if len(data) < size:
-            raise ReconError(f"layer ends inside a {kind} header (truncated)", where=where)
+            raise ReconError(f"{noun} ends inside a {kind} header (truncated)", where=where)
         pos += size
         skip(-size % BLOCK, kind)
         return data
@@ -163,13 +169,14 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
     long_name: str | None = None
     long_link: str | None = None
     pax: dict[str, str] = {}
+    pax_bytes = 0
     try:
         while True:
             buf = read(BLOCK)
             if len(buf) < BLOCK:
                 if not buf:
                     return  # no end-of-archive blocks: tolerated, as tarfile and Go do
-                raise ReconError(f"layer ends inside a tar header at offset {pos} (truncated)",
+                raise ReconError(f"{noun} ends inside a tar header at offset {pos} (truncated)",
                                  where=where)
             if buf == _ZERO:
                 return
@@ -187,6 +194,10 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                     long_link = _text(data)
                 elif flag != b"g":  # global PAX headers are ignored, as the engine does
                     pax.update(_pax_records(data, where))
+                    pax_bytes += len(data)
+                    if pax_bytes > _SPECIAL_MAX:  # many PAX headers in a row, one member
+                        raise UnsafeArchiveError(f"PAX headers of more than {_SPECIAL_MAX} bytes for "
+                                                 f"one member at offset {pos}", where=where)
                 continue
             magic = buf[257:265]
             name = _text(buf[:100])
@@ -213,11 +224,15 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                 if "GNU.sparse.name" in pax:
                     name, sparse = pax["GNU.sparse.name"], True
                 pax = {}
+            pax_bytes = 0
+            _check_name(name, "name", pos, where)
+            if flag in (b"1", b"2"):
+                _check_name(linkname, "link target", pos, where)
             if sparse and buf[482]:  # old GNU sparse: extension blocks follow the header
                 while True:
                     ext = read(BLOCK)
                     if len(ext) < BLOCK:
-                        raise ReconError("layer ends inside a sparse header (truncated)", where=where)
+                        raise ReconError(f"{noun} ends inside a sparse header (truncated)", where=where)
                     pos += BLOCK
                     if not ext[504]:
                         break
@@ -228,8 +243,9 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
             padded = size + (-size % BLOCK) if kind == FILE else 0
             if max_size is not None and pos + padded > max_size:
                 raise UnsafeArchiveError(
-                    f"layer expands past {max_size} bytes when decompressed (decompression bomb? "
-                    "raise the cap with --max-layer-size)", where=where)
+                    f"{noun} expands to " + (cap_hint or f"more than {max_size} bytes (decompression "
+                                             "bomb? raise the cap with --max-layer-size)")
+                    + f" at {name[:200]!r}", where=where)
             if on_offset is not None:
                 on_offset(pos)
             mode = _number(buf[100:108], "mode", where) & 0o7777
@@ -240,7 +256,7 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
                     yield Entry(name, FILE, size, None, mode, partial(_sparse, name, where))
                 else:
                     data_reader = Bounded(raw, size, where=where,
-                                          short=f"layer ends inside {name!r} (truncated)")
+                                          short=f"{noun} ends inside {name!r} (truncated)")
                     yield Entry(name, FILE, size, None, mode, data_reader.opened)
                 consumed = size - data_reader.left if data_reader is not None else 0
                 pos += consumed
@@ -257,6 +273,24 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
         raise
     except Exception as err:  # OSError, EOFError, zlib.error, zstd errors underneath
         raise stream_error(err, where) from err
+
+
+def _check_name(name: str, what: str, pos: int, where: str) -> None:
+    """Refuse a name no kernel would take (PATH_MAX, NAME_MAX): why a name is capped here.
+
+    Everything after the reader (the squash's folder sets, the writer) costs
+    at least linear memory per name and per component; a 1 MiB PAX path once
+    cost 18 GiB. The engine could not apply such a layer either.
+    """
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > PATH_MAX:
+        raise UnsafeArchiveError(f"member {what} of {len(raw)} bytes at offset {pos} (over PATH_MAX "
+                                 f"{PATH_MAX}): {name[:80]!r}...", where=where)
+    if len(raw) > NAME_MAX and any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise UnsafeArchiveError(f"member {what} has a component over NAME_MAX {NAME_MAX} bytes at "
+                                 f"offset {pos}: {name[:80]!r}...", where=where)
+    if "\0" in name:
+        raise UnsafeArchiveError(f"member {what} holds a NUL byte at offset {pos}", where=where)
 
 
 def member_name(name: str, strip: str, prefix: str) -> str:
