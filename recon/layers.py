@@ -32,7 +32,7 @@ from typing import IO
 from .errors import ReconError, UnsafeArchiveError
 from .sources.base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Image, Layer
 from .sources.streams import Prefixed
-from .writer import TreeWriter, clean_relpath
+from .writer import TreeWriter, check_link_target, clean_relpath, short
 
 DEFAULT_PACKAGES = ("vllm", "sglang")
 #: Compiled artefacts skipped unless ``--all-files``: they are most of an engine
@@ -43,6 +43,9 @@ SITE_RE = re.compile(r"^(?P<site>(?:.*?/)?(?:site-packages|dist-packages))/(?P<r
 PYTHON_BIN_RE = re.compile(r"(?:^|/)bin/python(?:3(?:\.\d+)?)?$")
 SMALL_FILE = 1 << 20  # metadata files read into memory are capped at this size
 MAX_SYMLINK_HOPS = 40
+_CODES = {FILE: 0, DIR: 1, SYMLINK: 2, HARDLINK: 3, OTHER: 4}  # a layer's listing packs kind and order
+_KINDS = {v: k for k, v in _CODES.items()}
+_MEMO_CHARS = 32 << 20  # Hider's folder memo is dropped past this many characters of folder names
 
 ProgressFn = Callable[[Layer, str], None]
 
@@ -101,14 +104,22 @@ def _add_folders(name: str, seen: set[int]) -> None:
 class LayerScan:
     """Phase one's view of one layer.
 
-    ``names``/``kinds`` list every entry in tar order (markers excluded); the
-    package files it wrote (the visible ones) are listed in ``captured``;
-    small metadata files are kept in memory.
+    ``names`` maps every entry's name (markers excluded) to its kind and the
+    position of its *last* entry in the tar (``position << 3 | kind code``):
+    the engine applies a layer entry by entry, so of duplicate names the last
+    one wins, and a non-folder that takes a folder's name removes what was
+    below it (``replaced``: name -> position). The package files it wrote (the
+    visible ones) are listed in ``captured``; small metadata files are kept in
+    memory.
     """
 
     index: int
-    names: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
+    names: dict[str, int] = field(default_factory=dict)
+    replaced: dict[str, int] = field(default_factory=dict)
+    linked: dict[str, str] = field(default_factory=dict)  # pending hardlink name -> target
+    seen: int = 0  # entries, duplicates included
+    dups: int = 0
+    markers: int = 0  # whiteouts and opaque markers
     whiteouts: set[str] = field(default_factory=set)
     opaques: set[str] = field(default_factory=set)
     captured: dict[str, Captured] = field(default_factory=dict)
@@ -136,6 +147,7 @@ class Hider:
     whiteouts: set[str] = field(default_factory=set)
     opaques: set[str] = field(default_factory=set)
     _folders: dict[str, bool] = field(default_factory=dict)
+    _chars: int = 0  # characters held by ``_folders`` (bounded: see _MEMO_CHARS)
 
     def add(self, paths: set[int], nondirs: set[int], whiteouts: set[str], opaques: set[str]) -> None:
         """Take in one more upper layer."""
@@ -144,6 +156,7 @@ class Hider:
         self.whiteouts |= whiteouts
         self.opaques |= opaques
         self._folders.clear()
+        self._chars = 0
 
     def hides(self, name: str) -> bool:
         if hash(name) in self.paths or name in self.whiteouts:
@@ -157,6 +170,9 @@ class Hider:
         known = memo.get(folder)
         if known is not None:
             return known
+        if self._chars > _MEMO_CHARS:  # deep hostile names: memory stays bounded, not per folder
+            memo.clear()
+            self._chars = 0
         chain = []
         path = folder
         while path and path not in memo:
@@ -167,6 +183,7 @@ class Hider:
             hidden = hidden or (path in self.whiteouts or path in self.opaques
                                 or hash(path) in self.nondirs)
             memo[path] = hidden
+            self._chars += len(path)
         return hidden
 
 
@@ -306,27 +323,26 @@ class Squasher:
                 self.progress(layer, "advance")
             name = entry.name
             if name.startswith("/"):
-                raise UnsafeArchiveError(f"absolute path in layer: {name!r}", where=where)
+                raise UnsafeArchiveError(f"absolute path in layer: {short(name)!r}", where=where)
             if not name:
                 continue
             name = clean_relpath(name, where=where)
             base = name.rpartition("/")[2]
             if base.startswith(".wh."):
                 parent = name.rpartition("/")[0]
+                scan.markers += 1
                 if base == ".wh..wh..opq":
                     scan.opaques.add(parent)
                 elif not base.startswith(".wh..wh."):
                     scan.whiteouts.add(f"{parent}/{base[4:]}" if parent else base[4:])
                 continue
-            scan.names.append(name)
-            scan.kinds.append(entry.kind)
-            h = hash(name)
-            scan.paths.add(h)
-            _add_folders(name, scan.paths)
-            if entry.kind == DIR:
-                continue
-            scan.nondirs.add(h)
-            self._take(entry, name, layer, scan, where, pending, upper)
+            if entry.kind == SYMLINK:
+                check_link_target(name, entry.linkname or "", where=where)
+            self._enter(name, entry.kind, n, scan)
+            if entry.kind != DIR:
+                self._take(entry, name, layer, scan, where, pending, upper)
+        if scan.replaced:
+            self._purge(scan)
         if pending:
             self._resolve_hardlinks(layer, scan, pending, where)
         with self._cond:
@@ -335,6 +351,65 @@ class Squasher:
         if self.progress:
             self.progress(layer, "done")
         return scan
+
+    def _enter(self, name: str, kind: str, seq: int, scan: LayerScan) -> None:
+        """List one entry; a name already in this layer is replaced, as the engine replaces it.
+
+        Docker and umoci apply a layer entry by entry: an entry removes what is
+        at its name unless both are folders, so the last entry of a name wins,
+        and a non-folder taking a folder's name removes the folder with all
+        below it, also what lower layers had there (it is made opaque here).
+        """
+        h = hash(name)
+        scan.seen += 1
+        if h in scan.paths:  # an entry of that name, or a folder implied by one, came before
+            prev = scan.names.get(name)
+            if prev is not None:
+                scan.dups += 1
+                self._drop(name, scan)
+            if kind != DIR and (prev is None or prev & 7 == _CODES[DIR]):
+                scan.replaced[name] = seq
+                scan.opaques.add(name)  # what was below goes at the end of the layer (_purge)
+        scan.names[name] = seq << 3 | _CODES[kind]
+        scan.paths.add(h)
+        _add_folders(name, scan.paths)
+        if kind == DIR:
+            scan.nondirs.discard(h)
+        else:
+            scan.nondirs.add(h)
+
+    def _drop(self, name: str, scan: LayerScan) -> None:
+        """Forget what an earlier entry of ``name`` left in this layer (a later one replaces it).
+
+        Only a file this layer wrote is removed from the tree: what is on disk
+        around it may belong to upper layers.
+        """
+        if scan.captured.pop(name, None) is not None:
+            self.writer.remove(name)
+        scan.skipped.pop(name, None)
+        scan.metadata.pop(name, None)
+        scan.symlinks.pop(name, None)
+        scan.linked.pop(name, None)
+
+    def _purge(self, scan: LayerScan) -> None:
+        """Drop the entries that a later non-folder of the same layer removed with its folder.
+
+        One pass over the listing, run only for a layer where a folder was
+        replaced: an entry is gone if a folder above it was replaced after it.
+        """
+        dead = []
+        for name, code in scan.names.items():
+            seq = code >> 3
+            folder = name.rpartition("/")[0]
+            while folder:
+                when = scan.replaced.get(folder)
+                if when is not None and when > seq:
+                    dead.append(name)
+                    break
+                folder = folder.rpartition("/")[0]
+        for name in dead:
+            del scan.names[name]
+            self._drop(name, scan)
 
     def _wait_for_upper(self, index: int) -> Hider:
         """Block until every layer above ``index`` is scanned; return what they hide."""
@@ -383,6 +458,7 @@ class Squasher:
             src = out.open_read(target) if target in scan.captured else None
             if src is None:
                 pending.setdefault(target, []).append(name)
+                scan.linked[name] = target
                 return
             with src:
                 self._write(out, name, src, layer, scan, where)
@@ -434,8 +510,10 @@ class Squasher:
             if entry.kind != FILE or not entry.name:
                 continue
             name = clean_relpath(entry.name, where=where)
-            links = pending.pop(name, None)
+            links = [link for link in pending.pop(name, ()) if scan.linked.get(link) == name]
             if not links:
+                if not pending:
+                    break
                 continue
             if entry.size > self.limits.max_file_size:
                 raise UnsafeArchiveError(f"hardlink target {name!r} is over the size cap", where=where)
@@ -449,10 +527,11 @@ class Squasher:
                         self._write(out, other, src, layer, scan, where)
             if not pending:
                 break
-        if pending:
-            target, links = next(iter(pending.items()))
-            raise UnsafeArchiveError(f"hardlink {links[0]!r} points to {target!r}, which is not in "
-                                     "the same layer", where=where)
+        live = [(t, link) for t, links in pending.items() for link in links if scan.linked.get(link) == t]
+        if live:
+            target, link = live[0]
+            raise UnsafeArchiveError(f"hardlink {short(link)!r} points to {short(target)!r}, which is not "
+                                     "in the same layer", where=where)
 
     def _merge(self, scans: list[LayerScan]) -> None:
         """Phase two: top-down visibility of every entry; record what the image shows.
@@ -464,14 +543,10 @@ class Squasher:
         res = self.result
         upper = Hider()
         for scan in scans:  # top layer first
-            seen: set[int] = set()
-            for name, kind in zip(scan.names, scan.kinds, strict=True):
-                res.entries_seen += 1
-                h = hash(name)
-                if h in seen:
-                    res.duplicates += 1
-                    continue  # the scan already kept the last of the duplicates
-                seen.add(h)
+            res.entries_seen += scan.seen + scan.markers
+            res.duplicates += scan.dups
+            for name, code in scan.names.items():  # one per name: the last entry of it
+                kind = _KINDS[code & 7]
                 if kind == DIR:
                     continue
                 if upper.hides(name):
@@ -480,7 +555,6 @@ class Squasher:
                 self._visible(name, kind, scan)
             # what this layer hides below it: the sets its scan built (paths with implied folders)
             upper.add(scan.paths, scan.nondirs, scan.whiteouts, scan.opaques)
-            res.entries_seen += len(scan.whiteouts) + len(scan.opaques)
 
     def _visible(self, name: str, kind: str, scan: LayerScan) -> None:
         res = self.result
