@@ -2,23 +2,36 @@
 
 The bundle's ``sitecustomize.py`` imports this file (copied into the bundle as
 ``_recon_probe_runtime.py``) in every Python process that has the bundle on
-``PYTHONPATH``: the API server, every spawned or forked worker, compile workers.
-That is why it is written the way it is:
+``PYTHONPATH``. Its promise is that the host program cannot tell, so:
 
-* standard library only, and it never imports torch, multiprocessing or the
-  targets; it looks at tensors only when the host already imported torch;
-* every entry point fails open: a hook or wrapper that hits an error logs it
-  and carries on; after ``error_budget`` errors the runtime switches itself
-  off. Arguments and return values are never changed, exceptions of the
-  target pass through untouched, ``sys.exit`` is never called;
-* device-safe: inside ``torch.compile`` tracing the wrapper is a plain
-  pass-through (anything else breaks ``fullgraph=True`` or is skipped anyway);
-  while a CUDA graph is being captured only metadata is logged; a device
-  tensor is never ``.item()``-ed, ``.tolist()``-ed, ``.cpu()``-ed or ``repr``-ed;
-* one JSONL file per process (pid and start time in the name), written with
-  one unbuffered ``os.write`` per record so a worker killed with ``os._exit``
-  or SIGKILL loses nothing already logged; size-capped; re-opened in the child
-  after ``fork``; stderr when the log directory cannot be written.
+* **the probed function is instrumented in place**: its ``__code__`` is
+  replaced by a code object compiled from the function's own source (stdlib
+  ``ast``), checked first to compile to exactly the loaded bytecode, with a
+  prologue that asks the runtime whether to log this call. A logged call runs
+  an instrumented copy of the body (``return x`` becomes ``return ret(x)``,
+  the body sits in ``try/except BaseException: exc(); raise``); every other
+  call runs the original body. The function object, and so its identity, its
+  ``from x import f`` copies, registries, pickling, ``__defaults__``,
+  annotations, decorators and ``inspect`` answers, stays as it was, and no
+  frame is added: tracebacks, ``sys._getframe``, ``warnings`` stack levels and
+  the usable recursion depth are unchanged. The hooks are reached through one
+  name in ``builtins`` (``__recon_probe__``) so no module namespace changes;
+* what cannot be instrumented that way (builtins, C functions, code whose
+  source is missing or no longer matches) is left alone with a ``VERIFY``
+  note, never wrapped;
+* standard library only; it never imports torch, and looks at values only
+  through their type (``type(v).__dict__``, C getters), never by calling code
+  of the host (no ``repr``, ``str``, ``hasattr`` on arguments), except for the
+  ``--self-attr`` paths and ``--expr`` expressions the user asked for;
+* every hook fails open with an error budget (kept across ``fork``); inside
+  ``torch.compile`` tracing the prologue folds to nothing; while a CUDA graph
+  is captured only metadata is logged;
+* one JSONL file per process, opened by the runtime on a high descriptor
+  (``O_APPEND | O_CLOEXEC``), its identity re-checked with ``fstat`` before
+  every write so a host that closed it and reused the number is never written
+  into; one unbuffered ``os.write`` per record. Nothing is ever written to
+  stderr: when the log folder cannot be written, records are dropped and
+  counted.
 
 Record kinds: ``VERIFY`` (start of every process), ``patched`` (a target patched
 after start), ``call``, ``error`` (a swallowed error), ``cap`` / ``disabled``
@@ -32,21 +45,30 @@ import sys
 import threading
 import time
 
-RUNTIME_VERSION = 1
-STDERR_PREFIX = "recon-probe "
+RUNTIME_VERSION = 2
+HOOK = "__recon_probe__"  # the one name the instrumented code loads (from builtins)
+STDERR_PREFIX = "recon-probe "  # how runtime version 1 marked records on stderr (logread)
 _EXIT_RESERVE = 8192  # bytes kept free under the cap for the EXIT record
 
 # Captured once, so a probe on os.write, json.dumps or time.time cannot recurse.
 _write = os.write
+_fstat = os.fstat
 _dumps = json.dumps
 _now = time.time
 _perf = time.perf_counter
 _ident = threading.get_ident
 _getpid = os.getpid
-
+_getframe = sys._getframe
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
-_CO_COROUTINE, _CO_GENERATOR, _CO_ASYNC_GENERATOR = 0x80, 0x20, 0x200
-_FUNC_TYPES = (type(lambda: None), type(len))  # plain Python functions and builtins
+_CO_ASYNC_GENERATOR = 0x200
+_MISSING = object()
+# Static (descriptor-level) reads: no __getattribute__, __getattr__ or metaclass runs.
+_type_dict = type.__dict__["__dict__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_type_qualname = type.__dict__["__qualname__"].__get__
+_exc_args = BaseException.__dict__["args"].__get__
+_C_GETTERS = (type(type.__dict__["__dict__"]), type(type.__dict__["__basicsize__"]))
+_SCALARS = (type(None), bool, int, float)
 
 # torch.compiler.is_compiling once the host has imported torch (else None). A
 # module global on purpose: dynamo folds a call to it into a constant.
@@ -54,17 +76,29 @@ _compiling = None
 
 
 class _Local(threading.local):
-    """Per-thread re-entrancy flag; a class attribute so reading it calls no builtin."""
+    """Per-thread ``busy`` flag, set while the runtime itself runs (its own calls of a
+    probed function pass through)."""
 
     busy = False
 
 
+class _Verdict:
+    """Where the gate leaves ``(thread, call number)`` of a call to log, for the next
+    line of the prologue. A slot of a plain object, not a ``threading.local``: on
+    3.10/3.11 reading a thread-local costs a level of the recursion limit."""
+
+    __slots__ = ("d",)
+
+    def __init__(self):
+        self.d = None
+
+
 class _Target:
-    """One probed callable: its options, its counters and what happened to it."""
+    """One probed function: its options, its counters and what happened to it."""
 
     __slots__ = ("qualname", "module", "attr", "log", "self_attrs", "entry_exprs", "exit_exprs",
-                 "copies", "counter", "tick", "logged", "status", "original", "wrapper", "bound",
-                 "params", "npos", "varargs", "varkw", "defaults", "errors")
+                 "counter", "tick", "logged", "status", "fn", "bound", "params", "errors",
+                 "first", "every")
 
     def __init__(self, raw):
         self.qualname = raw["qualname"]
@@ -75,14 +109,13 @@ class _Target:
         for name, src in (raw.get("exprs") or {}).items():
             code = compile(src, f"<probe expr {name}>", "eval")
             (self.exit_exprs if "result" in code.co_names else self.entry_exprs).append((name, code))
-        self.copies = list(raw.get("copies") or ())
         self.reset()
-        self.logged = 0
         self.errors = 0
         self.status = "pending"
-        self.original = self.wrapper = None
-        self.bound = False
-        self.params, self.npos, self.varargs, self.varkw, self.defaults = [], 0, None, None, {}
+        self.fn = None
+        self.bound = 0
+        self.params = []
+        self.first = self.every = 0
 
     def reset(self):
         """Fresh per-process counters (``tick`` is a bound method: no builtin ``next``)."""
@@ -92,7 +125,7 @@ class _Target:
 
 
 class _State:
-    """Per-process state; :func:`_after_fork` rebuilds it in a forked child."""
+    """Per-process state; :func:`_after_fork` renews what a forked child must not share."""
 
     def __init__(self):
         self.enabled = False
@@ -102,6 +135,7 @@ class _State:
         self.bundle = None
         self.log_dir = None
         self.fd = -1
+        self.fd_id = None
         self.path = None
         self.written = 0
         self.max_bytes = 64 << 20
@@ -109,44 +143,88 @@ class _State:
         self.dropped = 0
         self.errors = 0
         self.error_budget = 50
-        self.first, self.every = 10, 0
         self.pid = _getpid()
         self.lock = threading.Lock()
         self.tls = _Local()
+        self.calls = {}  # id(frame) -> state of a logged call in flight
         self.exited_pid = None
         self.chained = None
         self.torch_cuda = None
+        self.hooked = False
 
 
 _S = _State()
 
 
 # -- writing -------------------------------------------------------------------
+def _high_fd(fd):
+    """Move ``fd`` to a high number so the host's own descriptors keep their numbers."""
+    try:
+        import fcntl
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        floor = 3 if soft < 256 else min(soft - 64, 960)
+        new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
+    except Exception:
+        return fd
+    os.close(fd)
+    return new
+
+
+def _own(fd):
+    """Adopt ``fd`` as the log: remember its identity for the check before each write."""
+    fd = _high_fd(fd)
+    st = _fstat(fd)
+    _S.fd, _S.fd_id = fd, (st.st_dev, st.st_ino)
+
+
 def _open_log():
-    """Open this process's own JSONL file; fall back to stderr (fd 2) when it cannot."""
+    """Create this process's own JSONL file; on failure log nothing (never stderr)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{int(_now() * 1e6) % 1000000:06d}"
-    _S.written, _S.capped, _S.dropped = 0, False, 0
+    _S.written, _S.capped, _S.fd, _S.fd_id, _S.path = 0, False, -1, None, None
     try:
         os.makedirs(_S.log_dir, exist_ok=True)
         path = os.path.join(_S.log_dir, f"probe-{_S.pid}-{stamp}.jsonl")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        _S.fd, _S.path = os.open(path, flags, 0o644), path
+        _own(os.open(path, flags, 0o644))
+        _S.path = path
         return None
     except Exception as exc:  # read-only mount, missing volume, disk full
-        _S.fd, _S.path = 2, None
         return _exc_text(exc)
+
+
+def _log_fd():
+    """The log's descriptor if it is still ours, else reopen the file; -1 when impossible.
+
+    A host that closes every descriptor (daemons, ``closerange``) and opens its
+    own file can get our number back: the ``(st_dev, st_ino)`` check sees that
+    and the runtime leaves that descriptor alone (it is the host's now).
+    """
+    if _S.fd >= 0:
+        try:
+            st = _fstat(_S.fd)
+            if (st.st_dev, st.st_ino) == _S.fd_id:
+                return _S.fd
+        except OSError:
+            pass
+        _S.fd = -1
+        if _S.path is not None:
+            try:
+                _own(os.open(_S.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)))
+            except Exception:
+                _S.path = None
+    return _S.fd
 
 
 def _emit(rec):
     """Write one record as one line; never raises. Runs with the re-entrancy flag set,
-    so a probed builtin it uses (``len``, ``repr``...) passes straight through."""
+    so a probed function it uses (``json.dumps``...) passes straight through."""
     tls = _S.tls
     was, tls.busy = tls.busy, True
     try:
-        line = _dumps(rec, default=_json_default, separators=(",", ":")) + "\n"
-        if _S.fd == 2:
-            line = STDERR_PREFIX + line
-        data = line.encode("utf-8", "replace")
+        data = (_dumps(rec, default=_json_default, separators=(",", ":")) + "\n").encode(
+            "utf-8", "replace")
         with _S.lock:
             final = rec.get("kind") == "EXIT"
             if _S.capped and not final:
@@ -156,7 +234,7 @@ def _emit(rec):
                 _S.capped = True
                 _S.dropped += 1
                 note = {"kind": "cap", "t": _now(), "pid": _S.pid, "max_bytes": _S.max_bytes}
-                data = ((STDERR_PREFIX if _S.fd == 2 else "") + _dumps(note) + "\n").encode()
+                data = (_dumps(note) + "\n").encode()
             _write_all(data)
     except Exception:
         pass
@@ -165,33 +243,29 @@ def _emit(rec):
 
 
 def _write_all(data):
-    """``os.write`` until done; on failure switch to stderr once, then give up.
-
-    After a failed (possibly partial) write the whole record is repeated on
-    stderr; the file may end in a torn line, which readers skip.
-    """
-    whole = data
+    """``os.write`` until done (caller holds the lock); a failing file is given up."""
+    fd = _log_fd()
+    if fd < 0:
+        _S.dropped += 1
+        return
     while data:
         try:
-            n = _write(_S.fd, data)
-            _S.written += n
-            data = data[n:]
-        except OSError as exc:
-            if _S.fd == 2:
-                _S.enabled = False
-                return
+            n = _write(fd, data)
+        except OSError:  # disk full, file size limit: stop writing, keep counting
+            _S.dropped += 1
+            _S.path = None
+            _S.fd = -1
             try:  # noqa: SIM105 - the runtime does not import contextlib
-                os.close(_S.fd)
+                os.close(fd)
             except OSError:
                 pass
-            _S.fd, _S.path = 2, None
-            note = {"kind": "error", "t": _now(), "pid": _S.pid, "where": "log write",
-                    "error": _exc_text(exc)}
-            data = (STDERR_PREFIX + _dumps(note) + "\n").encode() + STDERR_PREFIX.encode() + whole
+            return
+        _S.written += n
+        data = data[n:]
 
 
 def _json_default(obj):
-    return _short(_safe_repr(obj), 200)
+    return "<" + _tname(type(obj)) + ">"
 
 
 def _swallow(where, target, exc):
@@ -212,73 +286,136 @@ def _swallow(where, target, exc):
         pass
 
 
-# -- describing values ---------------------------------------------------------
+# -- describing values (through their type only) -------------------------------
 def _short(text, limit):
     return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
 
 
-def _exc_text(exc):
-    """``Type: message`` of an exception, even when its ``str`` raises."""
+def _tname(tp):
     try:
-        return f"{type(exc).__name__}: {_short(str(exc), 300)}"
+        return _type_qualname(tp)
     except Exception:
-        return type(exc).__name__
+        return "?"
 
 
-def _safe_repr(obj):
+def _static(tp, name):
+    """``name`` as found in the class dictionaries of ``tp``'s MRO (no descriptor runs)."""
+    for klass in _type_mro(tp):
+        found = _type_dict(klass).get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return _MISSING
+
+
+def _c_get(value, name):
+    """An attribute read only through a C-level getter of the type (getset or member)."""
+    desc = _static(type(value), name)
+    if type(desc) not in _C_GETTERS:
+        return _MISSING
+    return desc.__get__(value, type(value))
+
+
+def _exc_text(exc):
+    """``Type: message`` of an exception, from its arguments when they are plain strings
+    or numbers (``str(exc)`` could run the host's ``__str__``)."""
+    name = _tname(type(exc))
     try:
-        return repr(obj)
-    except Exception as exc:
-        return f"<repr raised {type(exc).__name__}>"
+        args = _exc_args(exc)
+    except Exception:
+        return name
+    if type(args) is tuple and len(args) == 1 and type(args[0]) is str:
+        return f"{name}: {_short(args[0], 300)}"
+    if type(args) is tuple and args and all(type(a) in (str, int, float, bool) for a in args):
+        return f"{name}: {_short(str(args), 300)}"
+    return name
 
 
 def _describe(value, full, depth=0):
-    """A small JSON-able picture of ``value``; an object that fights back gets an error entry."""
+    """A small JSON-able picture of ``value``; an error becomes an error entry."""
     try:
         return _picture(value, full, depth)
     except Exception as exc:
-        return {"type": type(value).__qualname__, "error": _exc_text(exc)}
+        return {"type": _tname(type(value)), "error": _exc_text(exc)}
 
 
 def _picture(value, full, depth):
-    """A small JSON-able picture of ``value``.
-
-    ``full=False`` (shapes mode, CUDA graph capture) never calls ``repr`` on
-    unknown objects. Tensors are always metadata; only small CPU tensors of the
-    exact ``torch.Tensor`` type get their values, never a device tensor.
-    """
-    if value is None or isinstance(value, (bool, int, float)):
+    """Scalars, strings and containers by value (base-class methods only), tensors and
+    array-likes as metadata, dataclasses by field, anything else by its type name."""
+    tp = type(value)
+    if tp in _SCALARS:
         return value
-    if isinstance(value, str):
+    if tp is str:
         return _short(value, 200)
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        out = {"type": "Tensor", "shape": list(value.shape),
-               "dtype": str(value.dtype).replace("torch.", ""), "device": str(value.device)}
-        if (full and type(value) is torch.Tensor and value.device.type == "cpu"
-                and value.numel() <= 16):
-            out["values"] = value.tolist()
+    if torch is not None and issubclass(tp, torch.Tensor):
+        return _tensor(torch, value, tp, full)
+    for base in (list, tuple, dict, set, frozenset):
+        if issubclass(tp, base):
+            return _container(value, tp, base, full, depth)
+    for base in (bool, int, float, str):
+        if issubclass(tp, base):  # enums, IntFlag, str subclasses: the base value
+            raw = str.__str__(value) if base is str else base.__repr__(value)
+            return {"type": _tname(tp), "value": _short(raw, 200)}
+    for base in (bytes, bytearray):
+        if issubclass(tp, base):
+            return {"type": _tname(tp), "len": base.__len__(value)}
+    return _object(value, tp, full, depth)
+
+
+def _container(value, tp, base, full, depth):
+    out = {"type": _tname(tp), "len": base.__len__(value)}
+    if depth < 3:
+        if base is dict:
+            out["items"] = {_key(k): _describe(v, full, depth + 1)
+                            for k, v in itertools.islice(dict.items(value), 8)}
+        else:
+            out["items"] = [_describe(v, full, depth + 1)
+                            for v in itertools.islice(base.__iter__(value), 8)]
+    return out
+
+
+def _key(key):
+    tp = type(key)
+    if tp is str:
+        return _short(key, 80)
+    if tp in _SCALARS:
+        return repr(key)
+    return "<" + _tname(tp) + ">"
+
+
+def _tensor(torch, value, tp, full):
+    """Tensor metadata; values only for a small CPU ``torch.Tensor`` outside capture."""
+    out = {"type": "Tensor" if tp is torch.Tensor else _tname(tp)}
+    if tp is not torch.Tensor and tp is not torch.nn.Parameter:
+        return out  # a subclass's getters may run its __torch_function__
+    out.update(shape=list(value.shape), dtype=str(value.dtype).replace("torch.", ""),
+               device=str(value.device))
+    if full and tp is torch.Tensor and value.device.type == "cpu" and value.numel() <= 16:
+        out["values"] = value.tolist()
+    return out
+
+
+def _object(value, tp, full, depth):
+    """Array-likes through C getters (numpy), dataclasses through their fields."""
+    name = _tname(tp)
+    shape = _c_get(value, "shape")
+    if type(shape) is tuple and all(type(n) is int for n in shape):
+        out = {"type": name, "shape": list(shape)}
+        dtype = _c_get(value, "dtype")
+        dname = _c_get(dtype, "name") if dtype is not _MISSING else _MISSING
+        if type(dname) is str:
+            out["dtype"] = dname
         return out
-    kind = type(value)
-    name = kind.__qualname__
-    if isinstance(value, (list, tuple, set, frozenset, dict)):
-        out = {"type": name, "len": len(value)}
-        if depth < 3:
-            if isinstance(value, dict):
-                out["items"] = {_short(str(k), 80): _describe(v, full, depth + 1)
-                                for k, v in itertools.islice(value.items(), 8)}
-            else:
-                out["items"] = [_describe(v, full, depth + 1) for v in itertools.islice(value, 8)]
-        return out
-    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type):
-        return {"type": name, "shape": _safe_repr(value.shape), "dtype": str(value.dtype)}
-    fields = getattr(kind, "__dataclass_fields__", None)
-    if fields is not None and depth < 3:
-        return {"type": name, "fields": {f: _describe(getattr(value, f, None), full, depth + 1)
-                                         for f in itertools.islice(fields, 16)}}
-    if not full:
-        return {"type": name}
-    return {"type": name, "repr": _short(_safe_repr(value), 200)}
+    fields = _static(tp, "__dataclass_fields__")
+    if type(fields) is dict and depth < 3:
+        attrs = _c_get(value, "__dict__")
+        attrs = attrs if type(attrs) is dict else {}
+        out = {}
+        for f in itertools.islice(fields, 16):
+            got = attrs.get(f, _MISSING) if f in attrs else _c_get(value, f)
+            out[f] = _describe(got, full, depth + 1) if got is not _MISSING else {"type": "?"}
+        return {"type": name, "fields": out}
+    return {"type": name}
 
 
 def _capturing():
@@ -292,236 +429,470 @@ def _capturing():
         return True  # unsure: metadata only
 
 
-# -- the wrapper ---------------------------------------------------------------
-def _bind(t, args, kwargs):
-    """Map call arguments to parameter names (no ``inspect``: it is slow to import)."""
-    ns = {}
-    for i, name in enumerate(t.params):
-        if i < t.npos and i < len(args):
-            ns[name] = args[i]
-        elif name in kwargs:
-            ns[name] = kwargs[name]
-        elif name in t.defaults:
-            ns[name] = t.defaults[name]
-    rest = args[t.npos:]
-    if t.varargs:
-        ns[t.varargs] = tuple(rest)
-    else:
-        for i, value in enumerate(rest, t.npos):
-            ns[f"arg{i}"] = value
-    extra = {k: v for k, v in kwargs.items() if k not in ns}
-    if t.varkw:
-        ns[t.varkw] = extra
-    else:
-        ns.update(extra)
-    return ns
+# -- the hooks the instrumented code calls ---------------------------------------
+def _gate(k):
+    """First statement of every call of a probed function: decide whether to log it.
+
+    Kept tiny (it is the whole cost of a call that is not logged) and free of
+    module globals it cannot do without, so it still answers at interpreter
+    shutdown. A call to log leaves its thread and number in ``r.d`` for the
+    next line of the prologue (no local variable of the host's frame is used).
+    """
+    ic = _compiling
+    if ic is not None and ic():
+        return
+    try:
+        if _S.tls.busy or not _S.enabled:
+            return
+        t = _S.targets[k]
+        n = t.tick()
+        if n < t.first or (t.every and not (n + 1 - t.first) % t.every):
+            _gate.r.d = (_ident(), n)
+    except Exception:
+        pass
 
 
-def _eval_exprs(t, exprs, fn, ns, rec, full):
+def _enter(k):
+    """A logged call begins: build its record from the frame's own arguments."""
+    try:  # noqa: SIM105 - the runtime does not import contextlib
+        _begin(k, _getframe(1))
+    except Exception:
+        pass
+
+
+def _begin(k, frame):
+    verdict, r = _gate.r, _S.tls
+    mine = verdict.d
+    if mine is None or mine[0] != _ident() or r.busy:
+        return  # another thread's verdict: that thread takes it
+    verdict.d, n = None, mine[1]
+    r.busy = True
+    t = None
+    try:
+        t = _S.targets[k]
+        _S.calls[id(frame)] = _open_call(t, n, frame)
+    except Exception as exc:
+        _swallow("enter", t, exc)
+    finally:
+        r.busy = False
+
+
+def _ret(k, value):
+    """``return value`` of a logged call: finish its record; hands ``value`` back."""
+    try:  # noqa: SIM105 - the runtime does not import contextlib
+        _end(k, _getframe(1), value, None)
+    except Exception:
+        pass
+    return value
+
+
+def _exc(k):
+    """A logged call raises: finish its record with the exception (re-raised after)."""
+    try:  # noqa: SIM105 - the runtime does not import contextlib
+        _end(k, _getframe(1), None, sys.exc_info()[1])
+    except Exception:
+        pass
+
+
+def _end(k, frame, value, exc):
+    r = _S.tls
+    if r.busy:
+        return
+    r.busy = True
+    t = None
+    try:
+        state = _S.calls.pop(id(frame), None)
+        if state is not None:
+            t = _S.targets[k]
+            _close_call(t, state, value, exc)
+    except Exception as err:
+        _swallow("leave", t, err)
+    finally:
+        r.busy = False
+
+
+def _hooks():
+    """The object behind ``builtins.__recon_probe__``: the gate, with the rest attached."""
+    _gate.r = _Verdict()
+    _gate.enter, _gate.ret, _gate.exc = _enter, _ret, _exc
+    _gate.RE, _gate.BE = RecursionError, BaseException
+    return _gate
+
+
+def _eval_exprs(t, exprs, ns, rec, full):
     out = rec.setdefault("expr", {})
     for name, code in exprs:
         try:
-            out[name] = _describe(eval(code, getattr(fn, "__globals__", {}), ns), full)
+            out[name] = _describe(eval(code, t.fn.__globals__, ns), full)
         except Exception as exc:
             out[name] = {"error": _exc_text(exc)}
             _swallow("expr " + name, t, exc)
 
 
-def _enter(t, n, fn, args, kwargs):
-    """Build the call record before the call; ``None`` when not logging."""
-    tls = _S.tls
-    if not _S.enabled or tls.busy:
-        return None
-    tls.busy = True
+def _open_call(t, n, frame):
+    """The call record so far (arguments, self attributes, entry expressions)."""
+    capturing = _capturing()
+    full = "args" in t.log and not capturing
+    rec = {"kind": "call", "t": _now(), "pid": _S.pid, "tid": _ident(), "target": t.qualname,
+           "n": n}
+    if capturing:
+        rec["mode"] = "meta"
+    ns = dict(frame.f_locals)
+    if "args" in t.log or "shapes" in t.log:
+        rec["args"] = {p: _describe(ns[p], full) for p in t.params[t.bound:] if p in ns}
+    if t.self_attrs and t.bound and t.params and t.params[0] in ns:
+        rec["self"] = {path: _self_attr(ns[t.params[0]], path, full) for path in t.self_attrs}
+    if capturing and (t.entry_exprs or t.exit_exprs):
+        rec["expr"] = {"skipped": "CUDA graph capture"}
+    elif t.entry_exprs:
+        _eval_exprs(t, t.entry_exprs, ns, rec, full)
+    return rec, ns, capturing, _perf()
+
+
+def _self_attr(obj, path, full):
+    """A ``--self-attr`` path: plain ``getattr``, because the user asked for it."""
     try:
-        capturing = _capturing()
-        full = "args" in t.log and not capturing
-        rec = {"kind": "call", "t": _now(), "pid": _S.pid, "tid": _ident(), "target": t.qualname,
-               "n": n}
-        if capturing:
-            rec["mode"] = "meta"
-        ns = _bind(t, args, kwargs)
-        if "args" in t.log or "shapes" in t.log:
-            skip = t.params[0] if t.bound and t.params else None
-            rec["args"] = {k: _describe(v, full) for k, v in ns.items() if k != skip}
-        if t.self_attrs and t.bound and args:
-            rec["self"] = {}
-            for path in t.self_attrs:
-                try:
-                    obj = args[0]
-                    for part in path.split("."):
-                        obj = getattr(obj, part)
-                    rec["self"][path] = _describe(obj, full)
-                except Exception as exc:
-                    rec["self"][path] = {"error": _exc_text(exc)}
-        if capturing and (t.entry_exprs or t.exit_exprs):
-            rec["expr"] = {"skipped": "CUDA graph capture"}
-        elif t.entry_exprs:
-            _eval_exprs(t, t.entry_exprs, fn, ns, rec, full)
-        return rec, ns, capturing, _perf()
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return _describe(obj, full)
     except Exception as exc:
-        _swallow("enter", t, exc)
-        return None
-    finally:
-        tls.busy = False
+        return {"error": _exc_text(exc)}
 
 
-def _leave(t, state, fn, result, exc):
-    """Finish and write the call record after the call; never raises."""
-    tls = _S.tls
-    if tls.busy:
-        return
-    tls.busy = True
+def _close_call(t, state, result, exc):
+    """Finish and write the call record after the call."""
+    rec, ns, capturing, t0 = state
+    rec["wall_us"] = round((_perf() - t0) * 1e6, 1)
+    rec["pid"] = _S.pid
+    full = "args" in t.log and not capturing
+    if exc is not None:
+        rec["raised"] = _exc_text(exc)
+    elif "return" in t.log:
+        rec["return"] = _describe(result, full)
+    if t.exit_exprs and not capturing and exc is None:
+        ns["result"] = result
+        _eval_exprs(t, t.exit_exprs, ns, rec, full)
+    t.logged += 1
+    _emit(rec)
+
+
+# -- instrumenting a code object in place ---------------------------------------
+class _Refuse(Exception):
+    """The target is left alone; the message goes to the VERIFY record."""
+
+
+def _source(fn, code):
+    """The text the function was compiled from: its file, or its zip/loader's source."""
+    filename = code.co_filename
+    glb = fn.__globals__
+    loader, name = glb.get("__loader__"), glb.get("__name__")
+    if filename.startswith("<frozen "):
+        filename = glb.get("__file__") or filename
     try:
-        rec, ns, capturing, t0 = state
-        rec["wall_us"] = round((_perf() - t0) * 1e6, 1)
-        full = "args" in t.log and not capturing
-        if exc is not None:
-            rec["raised"] = _exc_text(exc)
-        elif "return" in t.log:
-            rec["return"] = _describe(result, full)
-        if t.exit_exprs and not capturing and exc is None:
-            ns["result"] = result
-            _eval_exprs(t, t.exit_exprs, fn, ns, rec, full)
-        t.logged += 1
-        _emit(rec)
-    except Exception as err:
-        _swallow("leave", t, err)
-    finally:
-        tls.busy = False
-
-
-def _make_wrapper(t, fn):
-    """A wrapper with the same calling convention as ``fn`` (async stays async)."""
-    first, every = _S.first, _S.every
-
-    if getattr(fn, "__code__", None) is not None and fn.__code__.co_flags & _CO_COROUTINE:
-        async def wrapper(*args, **kwargs):
-            ic = _compiling
-            if ic is not None and ic():
-                return await fn(*args, **kwargs)
-            n = t.tick()
-            if n >= first and (not every or (n + 1 - first) % every):
-                return await fn(*args, **kwargs)
-            state = _enter(t, n, fn, args, kwargs)
-            if state is None:
-                return await fn(*args, **kwargs)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                _leave(t, state, fn, None, exc)
-                raise
-            _leave(t, state, fn, result, None)
-            return result
-    else:
-        def wrapper(*args, **kwargs):
-            ic = _compiling
-            if ic is not None and ic():
-                return fn(*args, **kwargs)
-            n = t.tick()
-            if n >= first and (not every or (n + 1 - first) % every):
-                return fn(*args, **kwargs)
-            state = _enter(t, n, fn, args, kwargs)
-            if state is None:
-                return fn(*args, **kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                _leave(t, state, fn, None, exc)
-                raise
-            _leave(t, state, fn, result, None)
-            return result
-
-    try:  # noqa: SIM105 - the runtime does not import contextlib
-        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-            setattr(wrapper, attr, getattr(fn, attr))
-        wrapper.__dict__.update(getattr(fn, "__dict__", {}))
-    except Exception:
+        with open(filename, "rb") as fh:
+            return fh.read()
+    except OSError:
         pass
-    wrapper.__wrapped__ = fn
-    wrapper.__recon_probe__ = t.qualname
-    return wrapper
+    get_source = getattr(loader, "get_source", None) if loader is not None else None
+    try:
+        text = get_source(name) if get_source is not None and type(name) is str else None
+    except Exception:
+        text = None
+    if text is None:
+        raise _Refuse("no source for its code (the runtime instruments only what it can "
+                      "compile back to the same bytecode)")
+    return text
 
 
-# -- patching ------------------------------------------------------------------
-def _learn_signature(t, fn):
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return
-    npos, nkw = code.co_argcount, code.co_kwonlyargcount
-    t.params, t.npos = list(code.co_varnames[:npos + nkw]), npos
-    i = npos + nkw
-    if code.co_flags & _CO_VARARGS:
-        t.varargs, i = code.co_varnames[i], i + 1
-    if code.co_flags & _CO_VARKEYWORDS:
-        t.varkw = code.co_varnames[i]
-    defaults = fn.__defaults__ or ()
-    names = code.co_varnames[npos - len(defaults):npos]  # as long as defaults, by construction
-    t.defaults = dict(zip(names, defaults))  # noqa: B905 - strict= needs 3.10; engines may be older
-    t.defaults.update(fn.__kwdefaults__ or {})
+def _find_def(ast, tree, code):
+    """The ``def`` whose code is ``code`` (name and first line), with its enclosing scopes."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    stack = [(tree, [])]
+    while stack:
+        node, path = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            inner = path + [child] if isinstance(child, scopes) else path
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    child.name == code.co_name:
+                first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+                if first == code.co_firstlineno:
+                    return child, path
+            stack.append((child, inner))
+    raise _Refuse("its definition is not in the source file (edited since it was imported?)")
 
 
-def _patch(t):
-    """Patch one target whose module is imported; returns its new status."""
+def _shell(ast, node, inner):
+    """A copy of scope ``node`` holding only ``inner`` (names and nesting kept)."""
+    fields = {f: getattr(node, f) for f in node._fields}
+    fields.update(body=[inner], decorator_list=[])
+    if isinstance(node, ast.ClassDef):
+        fields.update(bases=[], keywords=[])
+    shell = type(node)(**fields)
+    return ast.copy_location(shell, node)
+
+
+def _compile_def(ast, fdef, path, code, imports):
+    """Compile ``fdef`` in a skeleton of its real scopes; return the code object for it.
+
+    The enclosing classes keep their names (private-name mangling, the
+    ``__class__`` cell of ``super()``); one outer function binds the code's free
+    variables so they compile as closure loads, in the same order.
+    """
+    node = fdef
+    for scope in reversed(path):
+        node = _shell(ast, scope, node)
+    free = [v for v in code.co_freevars if v not in ("__class__", "__classdict__")]
+    if free:
+        bind = ast.Assign(targets=[ast.Name(v, ast.Store()) for v in free],
+                          value=ast.Constant(None))
+        outer = _shell(ast, ast.FunctionDef(**{f: getattr(fdef, f) for f in fdef._fields}), bind)
+        outer.name = "__recon_outer__"
+        outer.args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
+                                   kw_defaults=[], kwarg=None, defaults=[])
+        outer.returns = None
+        if "type_params" in outer._fields:
+            outer.type_params = []
+        outer.body.append(node)
+        node = outer
+    module = ast.Module(body=imports + [node], type_ignores=[])
+    ast.fix_missing_locations(module)
+    top = compile(module, code.co_filename, "exec", _future_flags(code.co_flags), True)
+    level = [top]
+    while level:
+        for c in level:
+            if c.co_name == code.co_name and c.co_firstlineno == code.co_firstlineno:
+                return c
+        level = [k for c in level for k in c.co_consts if type(k) is type(code)]
+    raise _Refuse("its code was not found in the compiled source")
+
+
+def _future_flags(flags):
+    import __future__
+
+    mask = 0
+    for name in __future__.all_feature_names:
+        mask |= getattr(__future__, name).compiler_flag
+    return flags & mask
+
+
+def _same_code(a, b):
+    """Same bytecode, names, constants (recursively), layout and line table."""
+    keys = ("co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars", "co_argcount",
+            "co_kwonlyargcount", "co_posonlyargcount", "co_flags", "co_firstlineno",
+            "co_linetable")
+    if any(getattr(a, key, None) != getattr(b, key, None) for key in keys):
+        return False
+    if len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):  # noqa: B905 - same length checked above
+        if type(x) is not type(y):
+            return False
+        if type(x) is type(a):
+            if not _same_code(x, y):
+                return False
+        elif x != y and not (x != x and y != y):  # NaN constants
+            return False
+    return True
+
+
+def _instrument(fn, k):
+    """A code object for ``fn`` that behaves exactly like its own, plus the probe prologue."""
+    import ast
+    import copy
+
+    code = fn.__code__
+    if getattr(fn, "__builtins__", None) is not _builtins_dict():
+        raise _Refuse("its module runs with its own builtins")
+    tree = ast.parse(_source(fn, code), code.co_filename)
+    fdef, path = _find_def(ast, tree, code)
+    imports = _module_imports(ast, tree)
+    if not _same_code(_compile_def(ast, fdef, path, code, imports), code):
+        raise _Refuse("its source no longer compiles to the loaded code (edited since import?)")
+    new = copy.copy(fdef)
+    new.body = _probed_body(ast, copy, fdef.body, k, code.co_flags & _CO_ASYNC_GENERATOR)
+    probed = _compile_def(ast, new, path, code, imports)
+    if hasattr(code, "co_qualname"):
+        probed = probed.replace(co_qualname=code.co_qualname)
+    return probed
+
+
+def _module_imports(ast, tree):
+    """``import`` statements of the module scope (into if/try/with blocks, not defs)."""
+    found, stack = [], list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)
+                         or isinstance(c, ast.ExceptHandler))
+    return found
+
+
+def _builtins_dict():
+    return sys.modules["builtins"].__dict__
+
+
+def _probed_body(ast, copy, body, k, async_gen):
+    """``[docstring] globals; try: gate(k) except RecursionError: pass;
+    if <logged>: enter(k); try: <copy, returns through ret> except BaseException: exc(k); raise
+    <original body>``, every new node on the first statement's line."""
+    doc = body[:1] if (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                       and type(body[0].value.value) is str) else []
+    body = body[len(doc):] or [ast.Pass()]
+    decls = []
+    original = _hoist_decls(ast, body, decls)
+    twin = _hoist_decls(ast, copy.deepcopy(body), [])
+    where = body[0]
+
+    def hook(attr=None):
+        node = ast.Name(HOOK, ast.Load())
+        return ast.Attribute(node, attr, ast.Load()) if attr else node
+
+    def call(func, *args):
+        return ast.Call(func, list(args), [])
+
+    k_node = ast.Constant(k)
+    twin = _route_returns(ast, twin, hook, call, k, async_gen)
+    tail = ([ast.Expr(call(hook("ret"), k_node, ast.Constant(None))), ast.Return(None)]
+            if async_gen else [ast.Return(call(hook("ret"), k_node, ast.Constant(None)))])
+    logged = ast.Try(body=twin + tail, orelse=[], finalbody=[], handlers=[ast.ExceptHandler(
+        type=hook("BE"), name=None, body=[ast.Expr(call(hook("exc"), k_node)), ast.Raise()])])
+    prologue = [
+        ast.Try(body=[ast.Expr(call(hook(), k_node))], orelse=[], finalbody=[],
+                handlers=[ast.ExceptHandler(type=hook("RE"), name=None, body=[ast.Pass()])]),
+        ast.If(test=ast.Compare(ast.Attribute(hook("r"), "d", ast.Load()), [ast.IsNot()],
+                                [ast.Constant(None)]),
+               body=[ast.Expr(call(hook("enter"), k_node)), logged], orelse=[]),
+    ]
+    for node in decls + prologue:
+        for sub in ast.walk(node):
+            if "lineno" in sub._attributes and not hasattr(sub, "lineno"):
+                ast.copy_location(sub, where)
+    return doc + decls + prologue + original
+
+
+def _own_scope(ast, node):
+    """Child nodes of ``node`` in the same function scope (not nested defs or classes)."""
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    return [c for c in ast.iter_child_nodes(node) if not isinstance(c, nested)]
+
+
+def _hoist_decls(ast, body, decls):
+    """Replace ``global``/``nonlocal`` statements by ``pass`` (collected in ``decls``):
+    the body appears twice, and a declaration may not follow a use of its name."""
+    stack = [ast.Module(body=body, type_ignores=[])]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if type(block) is not list:
+                continue
+            for i, stmt in enumerate(block):
+                if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+                    decls.append(stmt)
+                    block[i] = ast.copy_location(ast.Pass(), stmt)
+        stack.extend(_own_scope(ast, node))
+    return body
+
+
+def _route_returns(ast, body, hook, call, k, async_gen):
+    """Every ``return x`` of the function's own scope becomes ``return ret(k, x)``."""
+    stack = [ast.Module(body=body, type_ignores=[])]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if type(block) is not list:
+                continue
+            for i in range(len(block) - 1, -1, -1):
+                stmt = block[i]
+                if not isinstance(stmt, ast.Return):
+                    continue
+                value = stmt.value or ast.Constant(None)
+                wrapped = call(hook("ret"), ast.Constant(k), value)
+                if async_gen:
+                    block[i:i + 1] = [ast.copy_location(ast.Expr(wrapped), stmt), stmt]
+                else:
+                    stmt.value = wrapped
+        stack.extend(_own_scope(ast, node))
+    return body
+
+
+# -- finding and patching targets ---------------------------------------------
+def _namespace(obj):
+    """The attribute dictionary of a module or class, read without running its code."""
+    if isinstance(obj, type):
+        return _type_dict(obj)
+    found = _c_get(obj, "__dict__")
+    return found if type(found) is dict else {}
+
+
+def _lookup(owner, name):
+    if isinstance(owner, type):
+        return _static(owner, name)
+    return _namespace(owner).get(name, _MISSING)
+
+
+def _unwrap(raw):
+    """The plain function behind a class attribute or decorator chain (``__wrapped__``)."""
+    import types
+
+    tp = type(raw)
+    for kind in (staticmethod, classmethod):
+        if issubclass(tp, kind):
+            raw = kind.__dict__["__func__"].__get__(raw)
+            break
+    else:
+        if issubclass(tp, property):
+            raw = property.__dict__["fget"].__get__(raw)
+        elif _tname(tp) == "cached_property" and type(_c_get(raw, "__dict__")) is dict:
+            raw = _c_get(raw, "__dict__").get("func", raw)
+    for _ in range(16):
+        inner = _namespace(raw).get("__wrapped__", _MISSING) if not isinstance(raw, type) \
+            else _MISSING
+        if inner is _MISSING:
+            break
+        raw = inner
+    if type(raw) is not types.FunctionType:
+        raise _Refuse(f"a {_tname(type(raw))}, not a Python function: left alone (a Python "
+                      "wrapper would change its identity and how it binds)")
+    return raw
+
+
+def _patch(t, k):
+    """Instrument one target whose module is imported; returns its new status."""
     mod = sys.modules.get(t.module)
     if mod is None:
         return "pending"
     owner = mod
     parts = t.attr.split(".")
     for part in parts[:-1]:
-        owner = getattr(owner, part, None)
-        if owner is None:
+        owner = _lookup(owner, part)
+        if owner is _MISSING:
             return f"not found: {t.module} has no {part}"
-    name = parts[-1]
-    if isinstance(owner, type):
-        raw = next((k.__dict__[name] for k in owner.__mro__ if name in k.__dict__), None)
-    else:
-        raw = getattr(owner, name, None)
-    if raw is None:
+    raw = _lookup(owner, parts[-1])
+    if raw is _MISSING:
         return f"not found: no attribute {t.attr}"
-    if getattr(raw, "__recon_probe__", None) or getattr(
-            getattr(raw, "__func__", getattr(raw, "fget", None)), "__recon_probe__", None):
-        return "patched"
-    if isinstance(raw, staticmethod):
-        fn, rewrap = raw.__func__, staticmethod
-    elif isinstance(raw, classmethod):
-        fn, rewrap, t.bound = raw.__func__, classmethod, True
-    elif isinstance(raw, property):
-        fn, t.bound = raw.fget, True
-
-        def rewrap(w, p=raw):
-            return property(w, p.fset, p.fdel, p.__doc__)
-    else:
-        fn, t.bound = raw, isinstance(owner, type)
-
-        def rewrap(w):
-            return w
-    if not isinstance(fn, _FUNC_TYPES):
-        return f"skipped: {t.attr} is a {type(fn).__name__}, not a plain function"
-    code = getattr(fn, "__code__", None)
-    if code is not None and code.co_flags & (_CO_GENERATOR | _CO_ASYNC_GENERATOR):
-        return "skipped: generator function (left alone)"
-    _learn_signature(t, fn)
-    t.original, t.wrapper = fn, _make_wrapper(t, fn)
-    setattr(owner, name, rewrap(t.wrapper))
-    if owner is mod:
-        _fix_copies(t, t.copies)
+    try:
+        fn = _unwrap(raw)
+        code = fn.__code__
+        if HOOK in code.co_names:
+            return "patched"  # instrumented already (a second name for the same function)
+        new = _instrument(fn, k)
+    except _Refuse as why:
+        return "skipped: " + str(why)
+    t.fn = fn
+    t.bound = int(isinstance(owner, type) and not issubclass(type(raw), staticmethod))
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
+    t.params = list(code.co_varnames[:n])
+    t.first, t.every = int(_S.spec.get("first", 10)), int(_S.spec.get("every", 0))
+    if not _S.hooked:
+        _builtins_dict()[HOOK] = _hooks()
+        _S.hooked = True
+    fn.__code__ = new
     return "patched"
-
-
-def _fix_copies(t, modules):
-    """Point ``from module import name`` copies (same object) at the wrapper."""
-    for modname in modules:
-        mod = sys.modules.get(modname)
-        namespace = getattr(mod, "__dict__", None)
-        if not namespace or t.original is None:
-            continue
-        try:
-            for key, value in list(namespace.items()):
-                if value is t.original:
-                    namespace[key] = t.wrapper
-        except Exception as exc:
-            _swallow("copies in " + modname, t, exc)
 
 
 def _on_loaded(name):
@@ -531,17 +902,15 @@ def _on_loaded(name):
     try:
         if name == "torch" or (name is None and "torch" in sys.modules):
             _learn_torch()
-        for t in _S.targets:
+        for k, t in enumerate(_S.targets):
             if t.status == "pending" and (name is None or t.module == name):
                 try:
-                    t.status = _patch(t)
+                    t.status = _patch(t, k)
                 except Exception as exc:
                     t.status = "error: " + _exc_text(exc)
                 if name is not None and t.status != "pending":
                     _emit({"kind": "patched", "t": _now(), "pid": _S.pid, "target": t.qualname,
                            "status": t.status})
-            elif name is not None and name in t.copies and t.wrapper is not None:
-                _fix_copies(t, [name])
     except Exception as exc:
         _swallow("import hook", None, exc)
     finally:
@@ -552,46 +921,63 @@ def _learn_torch():
     """Keep references to torch's own 'am I compiling / capturing' questions."""
     global _compiling
     compiler = sys.modules.get("torch.compiler")
-    _compiling = getattr(compiler, "is_compiling", None)
+    _compiling = _namespace(compiler).get("is_compiling") if compiler is not None else None
     cuda = sys.modules.get("torch.cuda")
-    if cuda is not None and hasattr(cuda, "is_current_stream_capturing"):
+    if cuda is not None and "is_current_stream_capturing" in _namespace(cuda):
         _S.torch_cuda = cuda
 
 
+class _Loader:
+    """Stands in for one spec's loader until its module has executed, then tells the
+    runtime. The real loader (often a class shared by every import, such as
+    ``BuiltinImporter``) is never modified, and is put back on the spec and the
+    module before the module's own code runs."""
+
+    def __init__(self, spec, real):
+        self._spec, self._real = spec, real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def create_module(self, spec):
+        return self._real.create_module(spec)
+
+    def exec_module(self, module):
+        spec, real = self._spec, self._real
+        spec.loader = real
+        try:  # noqa: SIM105 - the runtime does not import contextlib
+            module.__loader__ = real
+        except Exception:
+            pass
+        real.exec_module(module)
+        _on_loaded(spec.name)
+
+
 class _Finder:
-    """Meta-path hook: for watched modules only, run ``_on_loaded`` after they execute."""
+    """Meta-path entry: for watched modules only, the spec the other finders return,
+    with its loader stood in for (see :class:`_Loader`); ``None`` for everything else."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _S.watched:
+        if name not in _S.watched or _S.tls.busy:
             return None
+        tls = _S.tls
+        tls.busy = True
         try:
             spec = None
             for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
-            loader = getattr(spec, "loader", None)
-            if loader is None or not hasattr(loader, "exec_module"):
-                return spec
-            real_exec = loader.exec_module
-            real_exec = getattr(real_exec, "recon_real", real_exec)
-
-            def exec_module(module):
-                try:
-                    real_exec(module)
-                finally:
-                    if getattr(loader, "__dict__", {}).get("exec_module") is exec_module:
-                        del loader.exec_module
-                if getattr(module, "__name__", None) == name:  # a shared loader (zip) serves others
-                    _on_loaded(name)
-
-            exec_module.recon_real = real_exec
-            loader.exec_module = exec_module  # this loader instance only; its class untouched
+                find = getattr(finder, "find_spec", None) if finder is not self else None
+                if find is not None:
+                    spec = find(name, path, target)
+                    if spec is not None:
+                        break
+            real = getattr(spec, "loader", None)
+            if real is not None and hasattr(real, "exec_module") and hasattr(real, "create_module"):
+                spec.loader = _Loader(spec, real)
             return spec
         except Exception:
             return None  # let the normal machinery find (or fail to find) it
+        finally:
+            tls.busy = False
 
 
 # -- process life --------------------------------------------------------------
@@ -602,7 +988,8 @@ def _verify_record(forked_from=None, log_error=None):
             "python": sys.version.split()[0], "executable": sys.executable,
             "runtime": RUNTIME_VERSION, "bundle": _S.bundle, "log": _S.path,
             "log_error": log_error, "env": env, "chained_sitecustomize": _S.chained,
-            "targets": {t.qualname: t.status for t in _S.targets}}
+            "targets": {t.qualname: t.status for t in _S.targets},
+            "errors_so_far": _S.errors}
 
 
 def _exit():
@@ -629,23 +1016,24 @@ def _exit():
 
 
 def _after_fork():
-    """In a forked child: own lock, own file, own counters, own VERIFY record."""
+    """In a forked child: own lock, own file, own counters, own VERIFY record. The
+    error budget already spent is kept: a fork does not earn a new one."""
+    tls = _S.tls
     try:
         parent = _S.pid
-        if _S.fd > 2:
-            os.close(_S.fd)
-        _S.pid, _S.lock, _S.tls = _getpid(), threading.Lock(), _Local()
-        _S.tls.busy = True
+        _S.pid, _S.lock = _getpid(), threading.Lock()
+        tls.busy = True
+        _S.fd, _S.fd_id = -1, None  # the parent's descriptor: not ours to close or write
         for t in _S.targets:
             t.reset()
-        _S.errors = 0
-        _S.enabled = True
+        _S.dropped = 0
+        _S.enabled = _S.errors < _S.error_budget
         error = _open_log()
         _emit(_verify_record(forked_from=parent, log_error=error))
     except Exception:
         pass
     finally:
-        _S.tls.busy = False
+        tls.busy = False
 
 
 def _selected(spec):
@@ -662,34 +1050,23 @@ def _selected(spec):
 def install(bundle_dir, spec=None, chained=None):
     """Read the spec, open the log, patch what is imported, hook the rest.
 
-    Returns True when the runtime is active in this process. Never raises.
+    Returns True when the runtime is active in this process. Never raises,
+    never writes to stderr.
     """
     tls = _S.tls
     was, tls.busy = tls.busy, True
     try:
-        if _S.enabled or os.environ.get("RECON_PROBE_DISABLE"):
+        if _S.enabled or _S.targets or os.environ.get("RECON_PROBE_DISABLE"):
             return _S.enabled
         if spec is None:
             with open(os.path.join(bundle_dir, "probe.json"), encoding="utf-8") as fh:
                 spec = json.load(fh)
         if not _selected(spec):
             return False
-        _S.spec, _S.bundle, _S.chained = spec, bundle_dir, chained
-        _S.first, _S.every = int(spec.get("first", 10)), int(spec.get("every", 0))
-        _S.max_bytes = int(spec.get("max_bytes", _S.max_bytes))
-        _S.error_budget = int(spec.get("error_budget", _S.error_budget))
-        _S.log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
-                      or "/tmp/recon-probe-logs")
-        _S.targets = [_Target(raw) for raw in spec.get("targets") or ()]
-        _S.watched = {t.module for t in _S.targets} | {"torch"}
-        _S.watched.update(m for t in _S.targets for m in t.copies)
-        _keep_on_pythonpath(bundle_dir)
+        _configure(bundle_dir, spec, chained)
         error = _open_log()
         _S.enabled = True
         _on_loaded(None)  # targets already imported (a .pth file, the image's sitecustomize)
-        for t in _S.targets:  # their copies may sit in any module imported so far
-            if t.wrapper is not None:
-                _fix_copies(t, [m for m, mod in list(sys.modules.items()) if mod is not None])
         _emit(_verify_record(log_error=error))
         sys.meta_path.insert(0, _Finder())
         os.register_at_fork(after_in_child=_after_fork)
@@ -700,15 +1077,21 @@ def install(bundle_dir, spec=None, chained=None):
 
         atexit.register(_exit)
         return True
-    except Exception as exc:
-        try:
-            note = {"kind": "error", "where": "install", "error": _exc_text(exc)}
-            _write(2, (STDERR_PREFIX + _dumps(note) + "\n").encode())
-        except Exception:
-            pass
+    except Exception:
         return False
     finally:
         tls.busy = was
+
+
+def _configure(bundle_dir, spec, chained):
+    _S.spec, _S.bundle, _S.chained = spec, bundle_dir, chained
+    _S.max_bytes = int(spec.get("max_bytes", _S.max_bytes))
+    _S.error_budget = int(spec.get("error_budget", _S.error_budget))
+    _S.log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
+                  or "/tmp/recon-probe-logs")
+    _S.targets = [_Target(raw) for raw in spec.get("targets") or ()]
+    _S.watched = {t.module for t in _S.targets} | {"torch"}
+    _keep_on_pythonpath(bundle_dir)
 
 
 def _keep_on_pythonpath(bundle_dir):
@@ -717,4 +1100,3 @@ def _keep_on_pythonpath(bundle_dir):
     real = os.path.realpath(bundle_dir)
     if not any(os.path.realpath(p) == real for p in parts):
         os.environ["PYTHONPATH"] = os.pathsep.join([bundle_dir] + parts)
-
