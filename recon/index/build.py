@@ -11,6 +11,13 @@ The cyclic garbage collector is paused while records are parsed or
 assembled: ASTs and index records hold no reference cycles, and the
 collector's repeated scans of millions of young objects otherwise cost about
 a fifth of the total time.
+
+Records are looked up by the sha256 of each file's bytes on disk, not the
+manifest's (an edited snapshot is never indexed stale), and a parsed
+record is stored under the sha256 of the very bytes parsed. Hashing every
+``.py`` file of a vLLM release (3,231 files, 50 MB, page cache warm) costs
+0.1-0.3 s on a warm index of about 1 s: the price of never serving a record
+of bytes that are no longer there.
 """
 
 from __future__ import annotations
