@@ -35,7 +35,7 @@ import tempfile
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from recon.slicing import RunFailed, run_function
-from recon.snapshotter import ensure_snapshot
+from recon.snapcache import ensure_snapshot
 
 QUALNAME = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"
 CONFIGURED = [1, 2, 4, 8, 16, 32, 64]    # --compilation-config '{"cudagraph_capture_sizes": [...]}'

@@ -32,7 +32,7 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from recon.recipes import run_recipe
-from recon.snapshotter import ensure_snapshot
+from recon.snapcache import ensure_snapshot
 
 CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs" if "__file__" in globals() \
     else Path("../examples/configs").resolve()

@@ -8,6 +8,7 @@ reads standard input, and a binary file is refused in one line.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from recon import __version__
+from recon.snapshot import Snapshot
 
 
 def _recon(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None,
@@ -92,3 +94,29 @@ def test_logs_binary_file_is_refused(tmp_path: Path) -> None:
     assert res.returncode != 0
     err = res.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "not a text log" in err[0] and str(blob) in err[0]
+
+
+def test_recipe_unknown_set_key_is_an_error(vllm_latest: Snapshot) -> None:
+    """A --set key no recipe looked up was a typo: one line naming it, not a silent answer."""
+    flags = "vllm serve m --max-num-seqs 16"
+    ok = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
+                "--flags", flags, "--set", "attn_cg_support=UNIFORM_BATCH", "--json")
+    assert ok.returncode == 0, ok.stderr
+    bad = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
+                 "--flags", flags, "--set", "attn_cg_suport=UNIFORM_BATCH", "--json")
+    assert bad.returncode == 2
+    err = bad.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "attn_cg_suport" in err[0] and "attn_cg_support" in err[0]
+
+
+def test_recipe_not_applicable_is_not_exit_zero(vllm_latest: Snapshot) -> None:
+    res = _recon("recipe", "run", "sglang-track-ssm", "--snapshot", str(vllm_latest.root), "--json")
+    assert res.returncode == 5, res.stderr
+    assert json.loads(res.stdout)["applicable"] is False
+
+
+def test_logs_set_without_snapshot_is_an_error(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("INFO 12-01 10:00:00 [kv_cache_utils.py:1] GPU KV cache size: 1,000 tokens\n")
+    res = _recon("logs", str(log), "--set", "gpu=sm90")
+    assert res.returncode == 2 and b"--snapshot" in res.stderr

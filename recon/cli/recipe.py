@@ -10,6 +10,10 @@ import typer
 from ..errors import ReconError
 from .output import console, emit_json
 
+#: ``recon recipe run``'s exit status when the release lacks the logic the recipe reads:
+#: no answer is not a zero-status answer.
+NOT_APPLICABLE_EXIT = 5
+
 recipe_app = typer.Typer(help="Named investigations, answered by running the release's own code.",
                          no_args_is_help=True)
 
@@ -75,7 +79,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
 ) -> None:
-    """Run one recipe on a snapshot with your config and flags."""
+    """Run one recipe on a snapshot with your config and flags (exit 5: not applicable to that release)."""
     from ..recipes import run_recipe
     from ..snapcache import ensure_snapshot
     from ..writer import write_text
@@ -91,6 +95,8 @@ def run_cmd(
             print(res.to_markdown())
         else:
             write_text(markdown, res.to_markdown())
+    if not res.applicable:
+        raise typer.Exit(NOT_APPLICABLE_EXIT)
 
 
 def register(app: typer.Typer) -> None:

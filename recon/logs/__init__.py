@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import ReconError
 from .compare import LINKS, run_predictions, same
 from .models import Comparison, ErrorReport, Event, LogReport, Observed, ServerLog, Trap
 from .parse import parse_text, read_log
@@ -35,14 +36,17 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     any SOURCE (``pip:vllm==0.33.0``). Without ``flags`` the flags come from
     the log's own argument line.
     """
+    if options and snapshot is None:
+        raise ReconError("--set is a recipe option: it needs --snapshot (the release to predict with)")
     log = parse_text(text, engine=engine) if text is not None else read_log(path, engine=engine)
     find_traps(log)
     report = LogReport(log)
     if snapshot is None:
         return report
     from ..recipes import parse_flags
-    from ..snapshot import Snapshot
+    from ..recipes.base import options_read
     from ..snapcache import ensure_snapshot
+    from ..snapshot import Snapshot
 
     snap = snapshot if isinstance(snapshot, Snapshot) else ensure_snapshot(str(snapshot))
     report.snapshot = snap.name
@@ -68,7 +72,8 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
                             f"{snap.version}: predictions are for the snapshot's release")
     if config is None:
         report.notes.append("no --config: recipes that need the model's config.json say so")
-    run_predictions(report, snap, config=config, flags=fl, options=options)
+    with options_read(options or {}, "the recipes this log ran"):
+        run_predictions(report, snap, config=config, flags=fl, options=options)
     return report
 
 

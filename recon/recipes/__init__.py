@@ -15,6 +15,7 @@ from ..snapshot import Snapshot
 from .base import (
     Finding,
     NotApplicable,
+    Options,
     Provenance,
     Recipe,
     RecipeContext,
@@ -22,6 +23,7 @@ from .base import (
     Table,
     config_key,
     load_model_config,
+    options_read,
 )
 from .flags import ServeFlags, parse_flags
 from .registry import all_recipes, get, register
@@ -36,19 +38,20 @@ def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path
     cfg = config if isinstance(config, dict) else load_model_config(config)
     fl = flags if isinstance(flags, ServeFlags) else parse_flags(flags)
     ctx = RecipeContext(snap, cfg, fl, config_path=None if isinstance(config, dict) else
-                        (str(config) if config else None), options=dict(options or {}))
+                        (str(config) if config else None), options=Options(options or {}))
     if recipe.engine not in ("any", snap.package):
         return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False,
                             reason=f"this recipe reads {recipe.engine}, the snapshot holds {snap.package}")
     try:
-        res = recipe.run(ctx)
-    except NotApplicable as err:
+        with options_read(ctx.options, f"recipe {recipe.name}"):
+            res = recipe.run(ctx)
+    except NotApplicable as err:  # the release lacks the logic: its options are moot
         return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False, reason=str(err))
     if fl.ignored:
         res.notes.append("flags not used by this recipe's table were ignored: " + " ".join(fl.ignored))
     return res
 
 
-__all__ = ["Finding", "NotApplicable", "Provenance", "Recipe", "RecipeContext", "RecipeResult",
+__all__ = ["Finding", "NotApplicable", "Options", "Provenance", "Recipe", "RecipeContext", "RecipeResult",
            "ServeFlags", "Table", "all_recipes", "config_key", "get", "load_model_config",
-           "parse_flags", "register", "run_recipe"]
+           "options_read", "parse_flags", "register", "run_recipe"]

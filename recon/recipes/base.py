@@ -14,9 +14,11 @@ lacks the logic.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +31,66 @@ from .flags import ServeFlags
 
 class NotApplicable(ReconError):
     """The release lacks the logic a recipe needs (raised inside ``Recipe.run``)."""
+
+
+#: The ``--set`` keys some recipe looked at, while :func:`options_read` is open.
+_READ: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("recon_options_read",
+                                                                        default=None)
+
+
+class Options(dict[str, Any]):
+    """``--set`` options that remember which keys a recipe looked up.
+
+    A key nobody looked up was a typo or an option of another recipe: the caller says so
+    instead of answering as if it had been used. Looking a key up (``get``, ``[]``, ``in``)
+    counts; copying the whole mapping does not.
+    """
+
+    def __getitem__(self, key: str) -> Any:
+        _note(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        _note(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        _note(key)
+        return super().__contains__(key)
+
+
+def _note(key: object) -> None:
+    seen = _READ.get()
+    if seen is not None and isinstance(key, str):
+        seen.add(key)
+
+
+@contextlib.contextmanager
+def options_read(given: Iterable[str], where: str) -> Iterator[None]:
+    """Run recipes inside the block; after it, :func:`unused_options` on what they looked up.
+
+    Only the outermost block checks: a recipe that runs another one with part of its
+    options (the inner one never sees the outer one's keys) is checked as a whole.
+    """
+    if _READ.get() is not None:
+        yield
+        return
+    seen: set[str] = set()
+    token = _READ.set(seen)
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+    unused_options(given, seen, where)
+
+
+def unused_options(given: Iterable[str], seen: set[str], where: str) -> None:
+    """One error line for ``--set`` keys that no recipe of ``where`` looked up."""
+    unused = sorted(set(given) - seen)
+    if unused:
+        known = ", ".join(sorted(seen)) or "none"
+        raise ReconError(f"--set {', '.join(unused)}: not an option of {where} (options it "
+                         f"looked up: {known}); see `recon recipe show NAME`")
 
 
 @dataclass
