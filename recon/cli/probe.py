@@ -98,6 +98,8 @@ def check(
         console.print(f"{status}: {result.python} (Python {result.python_version or '?'}), "
                       f"exit {result.returncode}, {result.elapsed_ms:.0f} ms")
         console.print(f"chained sitecustomize: {result.chained_sitecustomize or 'none'}")
+        if result.unprivileged:
+            console.print(f"unprivileged user: {escape(result.unprivileged)}")
         if result.log_error:
             console.print(f"[red]log directory not writable[/]: {result.log_error}")
         table = Table("target", "status")

@@ -5,7 +5,8 @@ Python imports ``sitecustomize`` once at start-up in every process whose
 ``vllm serve`` spawns or forks, with no change to the command line. This file
 first runs the ``sitecustomize`` the image already had (Debian's Python ships
 one), exactly as ``site.py`` would have, then hands over to the runtime.
-Standard library only; nothing here may raise.
+Standard library only; nothing here may raise or write to stderr (beyond the
+message ``site.py`` itself prints for a failing image ``sitecustomize``).
 """
 
 import os
@@ -18,8 +19,10 @@ def _recon_chain_sitecustomize(here):
         import importlib.machinery
         import importlib.util
 
-        real_here = os.path.realpath(here)
-        paths = [p for p in sys.path if os.path.realpath(p or ".") != real_here]
+        # Every bundle folder is skipped, not only this one: with two copies of the
+        # bundle on PYTHONPATH each would otherwise run the other, forever.
+        paths = [p for p in sys.path
+                 if not os.path.isfile(os.path.join(p or ".", "_recon_probe_runtime.py"))]
         spec = importlib.machinery.PathFinder.find_spec("sitecustomize", paths)
         if spec is None or spec.loader is None:
             return None
@@ -53,9 +56,11 @@ def _recon_import_runtime(log_dir):
 
 
 def _recon_boot():
+    """Chain, then load the runtime once per process; silent on failure (no stderr:
+    a parent reading the engine's stdout first must never block on ours)."""
     here = os.path.dirname(os.path.abspath(__file__))
     chained = _recon_chain_sitecustomize(here)
-    if os.environ.get("RECON_PROBE_DISABLE"):
+    if os.environ.get("RECON_PROBE_DISABLE") or "_recon_probe_runtime" in sys.modules:
         return
     try:
         import json
@@ -65,11 +70,8 @@ def _recon_boot():
         log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
                    or "/tmp/recon-probe-logs")
         _recon_import_runtime(log_dir).install(here, spec=spec, chained=chained)
-    except Exception as exc:
-        try:  # noqa: SIM105 - no contextlib import at start-up
-            sys.stderr.write(f"recon-probe: runtime not loaded: {type(exc).__name__}: {exc}\n")
-        except Exception:
-            pass
+    except Exception:  # `recon probe check` is where a bundle that does not load shows
+        pass
 
 
 _recon_boot()

@@ -14,6 +14,7 @@ when complete), so a failed ``recon probe new`` never leaves half a bundle.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +83,16 @@ def new_bundle(out: str | Path, spec: ProbeSpec, *, snapshot: Snapshot | str | P
         write_text(tmp / RUNTIME, runtime_source())
         write_json(tmp / SPEC, spec.to_json())
         write_text(tmp / README, render_readme(out.name, spec))
+        _world_readable(tmp)
     return Bundle(path=out.resolve(), spec=spec, checks=checks)
+
+
+def _world_readable(folder: Path) -> None:
+    """Files 0644, the folder 0755: the engine in the container often runs as another,
+    unprivileged user, and a spec it cannot read means no probe at all."""
+    os.chmod(folder, 0o755)
+    for name in BUNDLE_FILES:
+        os.chmod(folder / name, 0o644)
 
 
 def load_bundle(path: str | Path) -> Bundle:

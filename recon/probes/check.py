@@ -10,6 +10,7 @@ check uses exactly the path the real run will use.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,10 +23,12 @@ from ..errors import ReconError
 from .bundle import load_bundle
 from .logread import read_logs
 
+NOBODY = 65534  # the unprivileged uid/gid of the second run (``nobody`` on Debian)
+
 
 @dataclass
 class CheckResult:
-    """What loaded when the bundle ran in a fresh interpreter."""
+    """What loaded when the bundle ran in a fresh interpreter (and as an unprivileged user)."""
 
     bundle: str
     python: str
@@ -38,38 +41,56 @@ class CheckResult:
     imported: list[str] = field(default_factory=list)
     stderr: str = ""
     elapsed_ms: float = 0.0
+    # the same check as uid 65534 (when run as root): "loaded", "NOT loaded: ...", or
+    # "not run: ..." when that user cannot start the interpreter at all
+    unprivileged: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.loaded and not self.log_error
+        return (self.returncode == 0 and self.loaded and not self.log_error
+                and not (self.unprivileged or "").startswith("NOT"))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
 
-def check_bundle(bundle: str | Path, *, python: str | None = None, import_targets: bool = False,
-                 timeout: float = 120.0) -> CheckResult:
-    """Run ``python -c ...`` with the bundle on ``PYTHONPATH`` and report what it did."""
-    loaded = load_bundle(bundle)
-    exe = python or sys.executable
-    modules = sorted({t.module for t in loaded.spec.targets}) if import_targets else []
-    code = ("import importlib, sys\n"
+def _check_code(modules: list[str]) -> str:
+    return ("import importlib, sys\n"
             f"for m in {modules!r}:\n"
             "    try:\n        importlib.import_module(m)\n"
             "    except Exception as e:\n        print('recon-check: cannot import', m, e,"
             " file=sys.stderr)\n")
+
+
+def _run(cmd: list[str], bundle: Path, logdir: str, timeout: float, cwd: str | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(bundle)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["RECON_PROBE_LOG_DIR"] = logdir
+    env.pop("RECON_PROBE_DISABLE", None)
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ReconError(f"could not run {cmd[0]}: {err}") from err
+
+
+def check_bundle(bundle: str | Path, *, python: str | None = None, import_targets: bool = False,
+                 timeout: float = 120.0, unprivileged: bool = True) -> CheckResult:
+    """Run ``python -c ...`` with the bundle on ``PYTHONPATH`` and report what it did.
+
+    As root, the same run is repeated as uid/gid 65534 on a copy of the bundle
+    (modes kept) with a log folder that user can write: a container's engine
+    often runs unprivileged, and a file it cannot read means no probe there.
+    """
+    loaded = load_bundle(bundle)
+    exe = python or sys.executable
+    modules = sorted({t.module for t in loaded.spec.targets}) if import_targets else []
+    code = _check_code(modules)
     with tempfile.TemporaryDirectory(prefix="recon-probe-check-") as logdir:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(loaded.path)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env["RECON_PROBE_LOG_DIR"] = logdir
-        env.pop("RECON_PROBE_DISABLE", None)
         start = time.perf_counter()
-        try:
-            proc = subprocess.run([exe, "-c", code], env=env, capture_output=True, text=True,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise ReconError(f"could not run {exe}: {err}") from err
+        proc = _run([exe, "-c", code], loaded.path, logdir, timeout)
         elapsed = (time.perf_counter() - start) * 1000
         summary = read_logs(logdir)
     result = CheckResult(bundle=str(loaded.path), python=exe, returncode=proc.returncode,
@@ -83,4 +104,34 @@ def check_bundle(bundle: str | Path, *, python: str | None = None, import_target
         result.chained_sitecustomize = first.chained_sitecustomize
         result.log_error = first.log_error
         result.targets = dict(first.targets)
+    if unprivileged and os.geteuid() == 0:
+        result.unprivileged = _check_unprivileged(loaded.path, exe, code, timeout)
     return result
+
+
+def _check_unprivileged(bundle: Path, exe: str, code: str, timeout: float) -> str:
+    """The check again as uid 65534: a copy of the bundle (modes kept), a log folder of its own."""
+    with tempfile.TemporaryDirectory(prefix="recon-probe-check-nobody-") as work:
+        os.chmod(work, 0o755)
+        copy = Path(work) / "bundle"
+        shutil.copytree(bundle, copy)  # copy2: the files keep their modes
+        logdir = Path(work) / "logs"
+        logdir.mkdir()
+        os.chown(logdir, NOBODY, NOBODY)
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            return "not run: setpriv (util-linux) is not installed"
+        cmd = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+               exe, "-c", code]
+        proc = _run(cmd, copy, str(logdir), timeout, cwd=work)
+        summary = read_logs(logdir) if os.access(logdir, os.R_OK) else None
+        verified = [p for p in summary.processes if p.verified] if summary else []
+    if proc.returncode in (126, 127) or (proc.returncode and "ermission denied" in proc.stderr
+                                          and not verified):
+        return f"not run: uid {NOBODY} cannot start {exe} ({proc.stderr.strip()[-200:]})"
+    if not verified:
+        return f"NOT loaded as uid {NOBODY} (exit {proc.returncode}): the bundle or its log " \
+               "folder is not readable/writable by an unprivileged user"
+    if verified[0].log_error:
+        return f"NOT loaded as uid {NOBODY}: {verified[0].log_error}"
+    return f"loaded as uid {NOBODY}"
