@@ -112,7 +112,7 @@ def tree_key(path: str | Path) -> str | None:
 
     Symlinks are recorded (their target text), never followed, so a link out
     of the tree neither slows the walk nor leaks host files into the key.
-    None when ``path`` does not exist. If any stamp is so recent that a
+    None when ``path`` cannot be read at all. If any stamp is so recent that a
     change in the same timestamp tick could hide behind it, waits and walks
     again; a tree still changing after :data:`SETTLE_TRIES` walks gets a key
     that will not match again (its snapshot is never reused).
@@ -121,10 +121,8 @@ def tree_key(path: str | Path) -> str | None:
         started = time.time_ns()
         try:
             digest, newest = _walk_digest(os.fspath(path))
-        except FileNotFoundError:
+        except OSError:  # the top is missing or unreadable: taking the snapshot says which
             return None
-        except OSError as err:
-            raise ReconError(f"cannot read {path}: {err.strerror}") from err
         if newest < started - SETTLE_NS:
             return digest
         time.sleep(SETTLE_NS / 1e9)
@@ -147,16 +145,20 @@ def _walk_digest(top: str) -> tuple[str, int]:
     stack = [""]
     while stack:
         rel_dir = stack.pop()
-        with os.scandir(os.path.join(top, rel_dir) if rel_dir else top) as it:
-            entries = sorted(it, key=lambda e: e.name)
+        try:
+            with os.scandir(os.path.join(top, rel_dir) if rel_dir else top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:  # unreadable or removed while walking: recorded, not fatal
+            h.update(f"{rel_dir}\0{type(err).__name__}\n".encode("utf-8", "surrogateescape"))
+            continue
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             try:
                 est = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:  # removed while walking: the key differs from both states
-                h.update(f"{rel}\0gone\n".encode("utf-8", "surrogateescape"))
+                link = os.readlink(entry.path) if stat.S_ISLNK(est.st_mode) else ""
+            except OSError as err:  # removed while walking: the key differs from both states
+                h.update(f"{rel}\0{type(err).__name__}\n".encode("utf-8", "surrogateescape"))
                 continue
-            link = os.readlink(entry.path) if stat.S_ISLNK(est.st_mode) else ""
             h.update(_stat_row(rel, est, link))
             newest = max(newest, est.st_ctime_ns)
             if stat.S_ISDIR(est.st_mode):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -218,3 +219,31 @@ def test_find_takes_a_pip_release() -> None:
     assert res.exit_code == 0, res.output
     hits = json.loads(res.stdout)["results"]
     assert [h["path"] for h in hits] == ["vllm/platforms/interface.py"]
+
+
+def test_a_tree_still_being_written_is_never_served_from_the_cache(tmp_path: Path) -> None:
+    """Timestamps are one kernel tick coarse: while files keep changing, no key is trusted."""
+    import threading
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            (tree / "busy.py").write_text(f"X = {n}\n")
+            n += 1
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        first, second = tree_key(tree), tree_key(tree)
+    finally:
+        stop.set()
+        thread.join()
+    assert first is not None and second is not None
+    assert "unsettled" in first and first != second
+    time.sleep(0.1)  # quiet again: a settled key, stable across walks
+    assert tree_key(tree) == tree_key(tree) and "unsettled" not in (tree_key(tree) or "")
