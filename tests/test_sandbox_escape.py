@@ -134,6 +134,19 @@ def test_processes_started_natively_die_with_the_run(snap: Snapshot) -> None:
     assert _alive(f"sleep {seconds}") == []
 
 
+def test_fork_bomb_is_bounded(snap: Snapshot) -> None:
+    """More processes than the run's cap (512): the kernel stops the rest (cgroup or rlimit)."""
+    seconds = f"{40 + secrets.randbelow(10**6) / 10**6:.6f}"
+    res = run_function(snap, f"{ESC}:fork_many", args={"count": 700, "seconds": seconds},
+                       timeout=60)
+    cap = res.sandbox["process_cap"]
+    if cap.startswith("none"):
+        pytest.skip(f"no process cap on this host: {cap}")
+    assert cap.endswith("=512") and isinstance(res.value, int) and 400 < res.value < 512
+    time.sleep(0.5)
+    assert _alive(f"sleep {seconds}") == []
+
+
 def test_setsid_daemon_does_not_outlive_the_run(snap: Snapshot, tmp_path: Path) -> None:
     target = tmp_path / "late.txt"
     got = _value("daemon_writes_later", snap, path=str(target), seconds=2)

@@ -141,8 +141,9 @@ def _prctl(option: int, arg: int) -> None:
         pass
 
 
-def _preexec(limits: Limits) -> None:
-    """Runs in the child between fork and exec: limits and parent-death signal."""
+def _preexec(limits: Limits, cgroup: Path | None = None) -> None:
+    """Runs in the child between fork and exec: limits, process cgroup, parent-death signal."""
+    _join_cgroup(cgroup)
     mem = limits.memory_mb << 20
     cpu = int(limits.timeout) + 10
     fsize = limits.file_mb << 20
@@ -367,6 +368,67 @@ def _interrupt_and_kill(proc: subprocess.Popen[bytes], timed_out: bool) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+_CGROUP_SEQ = iter(range(1 << 62))
+
+
+def _own_cgroup() -> Path | None:
+    """This process's folder of a pids hierarchy (cgroup v1 ``pids``, or v2 with pids on)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+    for line in lines:
+        if line.startswith("0::"):
+            base = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+            with contextlib.suppress(OSError):
+                if "pids" in (base / "cgroup.subtree_control").read_text().split():
+                    return base
+    return None
+
+
+def pids_cgroup(limit: int) -> Path | None:
+    """A fresh cgroup capped at ``limit`` processes, or None where recon cannot make one.
+
+    Needed when bwrap runs as root: the kernel never applies ``RLIMIT_NPROC``
+    to uid 0, and the sandbox's 65534 is uid 0 outside its namespace then.
+    """
+    base = _own_cgroup()
+    if base is None or os.geteuid() != 0:
+        return None
+    group = base / f"recon-run-{os.getpid()}-{next(_CGROUP_SEQ)}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(limit), encoding="ascii")
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group
+
+
+def _join_cgroup(group: Path | None) -> None:
+    """In the child before exec: move into ``group`` (every descendant inherits it)."""
+    if group is not None:
+        with contextlib.suppress(OSError):
+            (group / "cgroup.procs").write_text(str(os.getpid()), encoding="ascii")
+
+
+def _remove_cgroup(group: Path | None) -> None:
+    """Remove the run's cgroup once the killed processes have left it (a second at most)."""
+    if group is None:
+        return
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
 def _returncode(code: int | None, sandboxed: bool) -> int | None:
     """bwrap reports a child killed by signal N as exit 128+N: back to ``-N``."""
     if sandboxed and code is not None and code > 128 and \
@@ -380,6 +442,7 @@ class _Plan:
     argv: list[str]
     popen: dict[str, object]
     confinement: dict[str, object]
+    cgroup: Path | None = None
 
 
 def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str]) -> _Plan:
@@ -391,9 +454,13 @@ def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str])
         if as_nobody:
             popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
         host = "nobody" if as_nobody else ("root" if os.geteuid() == 0 else "caller")
+        group = pids_cgroup(limits.processes) if host == "root" else None
+        cap = (f"cgroup pids.max={limits.processes}" if group is not None else
+               "none (uid 0 outside: RLIMIT_NPROC does not apply)" if host == "root" else
+               f"RLIMIT_NPROC={limits.processes}")
         return _Plan(bwrap_argv(inner, read_only=read_only, work=work, limits=limits), popen,
                      {"os_sandbox": "bwrap", "user": "nobody", "host_user": host,
-                      "network": False})
+                      "network": False, "process_cap": cap}, group)
     drop = limits.drop_privileges and can_drop_privileges()
     popen = {"cwd": str(work)}
     if drop:
@@ -401,7 +468,7 @@ def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str])
         popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
     user = "nobody" if drop else "caller"
     return _Plan(inner, popen, {"os_sandbox": "none", "user": user, "host_user": user,
-                                "network": True})
+                                "network": True, "process_cap": f"RLIMIT_NPROC={limits.processes}"})
 
 
 def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Path,
@@ -429,7 +496,11 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
             proc = subprocess.Popen(  # noqa: S603 - argv is ours
                 plan.argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, env=env,
                 pass_fds=(wfd, efd_w), start_new_session=True, close_fds=True,
-                preexec_fn=lambda: _preexec(limits), **plan.popen)  # type: ignore[call-overload]
+                preexec_fn=lambda: _preexec(limits, plan.cgroup),
+                **plan.popen)  # type: ignore[call-overload]
+        except BaseException:
+            _remove_cgroup(plan.cgroup)
+            raise
         finally:
             os.close(wfd)
             os.close(efd_w)
@@ -442,6 +513,7 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
         timed_out = _feed_and_wait(proc, data, limits.timeout)
         _interrupt_and_kill(proc, timed_out)
         proc.wait()
+        _remove_cgroup(plan.cgroup)
         for reader in readers:
             reader.join(timeout=5)
     stderr = _tail(err_path)
