@@ -367,6 +367,8 @@ class Squasher:
             if prev is not None:
                 scan.dups += 1
                 self._drop(name, scan)
+                if kind == DIR and prev & 7 != _CODES[DIR]:
+                    scan.opaques.add(name)  # the non-folder before removed the lower layers' folder
             if kind != DIR and (prev is None or prev & 7 == _CODES[DIR]):
                 scan.replaced[name] = seq
                 scan.opaques.add(name)  # what was below goes at the end of the layer (_purge)
