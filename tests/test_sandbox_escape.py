@@ -9,12 +9,14 @@ and see them succeed, so the attacks are real.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -234,3 +236,44 @@ def test_oversized_module_is_refused_before_parsing(tmp_path: Path) -> None:
     big = take_snapshot(f"dir:{pkg}", package="bigpkg", out=tmp_path / "snap")
     with pytest.raises(ReconError, match=r"^bigpkg/huge.py is 2.9 MiB, over the 2 MiB cap"):
         run_function(big, "bigpkg:f")
+
+
+def _host_uids_of(marker: str, deadline: float) -> list[str]:
+    """The host's view (``Uid:`` of /proc/PID/status) of the process running ``marker``."""
+    while time.monotonic() < deadline:
+        for line in _alive(marker):
+            pid = line.split(":")[0]
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{pid}/status").read_text()
+                return next(ln for ln in status.splitlines() if ln.startswith("Uid:")).split()[1:]
+        time.sleep(0.02)
+    return []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bwrap as nobody is what root does")
+def test_root_starts_bwrap_as_nobody_when_it_can(tmp_path: Path) -> None:
+    """Every source usable by nobody (here /usr/bin/sleep): the sandbox's 65534 is the host's."""
+    assert sandbox_mod.sandbox_problem(as_nobody=True) is None
+    root = tmp_path / "root"
+    root.mkdir()
+    marker = f"{1 + secrets.randbelow(10**6) / 10**6:.6f}"
+    seen: list[list[str]] = []
+    watcher = threading.Thread(target=lambda: seen.append(
+        _host_uids_of(f"sleep {marker}", time.monotonic() + 10)))
+    watcher.start()
+    out = sandbox_mod.launch(["/usr/bin/sleep", marker], {}, root=root, work=root / "work",
+                             limits=sandbox_mod.Limits(timeout=20), env={"PATH": "/usr/bin"},
+                             slice_files=set(), read_only=[])
+    watcher.join()
+    assert out.confinement["host_user"] == "nobody" and out.returncode == 0
+    assert out.confinement["process_cap"] == "RLIMIT_NPROC=512"
+    assert seen == [["65534"] * 4]  # real, effective, saved, fs uid as the host sees them
+
+
+def test_root_host_user_is_reported_when_bwrap_runs_as_root(snap: Snapshot) -> None:
+    """The interpreter under a private home: bwrap runs as the caller, and says so."""
+    res = run_function(snap, f"{ESC}:identity")
+    expected = "nobody" if all(sandbox_mod._world_usable(p) for p in
+                               [sys.executable, *sandbox_mod.interpreter_dirs()]) else "root"
+    if os.geteuid() == 0:
+        assert res.sandbox["host_user"] == expected

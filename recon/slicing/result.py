@@ -100,7 +100,9 @@ class RunResult:
     #: pieces the slice's budget left out (empty: the closure is complete); see Slice.cut
     slice_cut: list[str] = field(default_factory=list)
     slice_budget: int = DEFAULT_BUDGET
-    #: how the child was confined: user ("nobody" or "caller"), timeout, memory_mb
+    #: how the child was confined (set by the parent, never by the child): os_sandbox
+    #: ("bwrap" or "none"), user inside ("nobody"/"caller"), host_user (who bwrap ran as),
+    #: network (False in the sandbox), process_cap, timeout, memory_mb
     sandbox: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     wall_seconds: float = 0.0

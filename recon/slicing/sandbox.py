@@ -448,7 +448,9 @@ class _Plan:
 def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str]) -> _Plan:
     """How to start the child: the OS sandbox (bwrap), or, when waived, rlimits only."""
     if limits.sandbox:
-        as_nobody = limits.drop_privileges and can_drop_privileges(read_only)
+        # bwrap binds as the user it runs as: nobody only if nobody can reach every source
+        as_nobody = limits.drop_privileges and os.geteuid() == 0 and \
+            all(_world_usable(p) for p in [inner[0], *read_only])
         require_sandbox(as_nobody)
         popen: dict[str, object] = {"cwd": "/"}
         if as_nobody:
