@@ -205,19 +205,25 @@ def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
         return gzip.GzipFile(fileobj=raw, mode="rb")
 
 
-def decompressed(raw: IO[bytes], *, where: str) -> IO[bytes]:
-    """Sniff the compression by magic bytes (media types lie) and return a plain stream."""
+def decompressed(raw: IO[bytes], *, where: str,
+                 wrap: Callable[[IO[bytes]], IO[bytes]] | None = None) -> IO[bytes]:
+    """Sniff the compression by magic bytes (media types lie) and return a plain stream.
+
+    ``wrap`` is applied to the decompressor's output *inside* the read-ahead
+    thread (hashing the uncompressed stream there costs the tar walk nothing).
+    """
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     head = buffered.peek(4)[:4]  # type: ignore[union-attr]
+    wrap = wrap or (lambda s: s)
     if head[:2] == _GZIP_MAGIC:
-        return ReadAhead(_gzip_reader(buffered))  # type: ignore[return-value]
+        return ReadAhead(wrap(_gzip_reader(buffered)))  # type: ignore[return-value]
     if head == _ZSTD_MAGIC:
         import zstandard
 
         # read_across_frames: a multi-frame layer (zstd:chunked writes one frame per file)
         # must read as one stream; without it reads stop short at each frame end.
-        return ReadAhead(zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value]
-            buffered, read_size=1 << 20, read_across_frames=True))
+        return ReadAhead(wrap(zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value, arg-type]
+            buffered, read_size=1 << 20, read_across_frames=True)))
     return buffered  # type: ignore[return-value]
 
 
@@ -282,9 +288,10 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
             plain.close()
 
 
-def _plain(stream: IO[bytes], where: str) -> IO[bytes]:
+def _plain(stream: IO[bytes], where: str,
+           wrap: Callable[[IO[bytes]], IO[bytes]] | None = None) -> IO[bytes]:
     try:
-        return decompressed(stream, where=where)
+        return decompressed(stream, where=where, wrap=wrap)
     except ReconError:
         raise
     except Exception as err:  # a gzip/zstd header the decompressor rejects at once
@@ -336,27 +343,33 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
     hashes (a verified stream reads through instead of seeking), the rest of
     the stream after the end-of-archive blocks is read too, and a mismatch
     is raised from this generator when the stream ends, so it propagates out
-    of the squash before anything is committed. Decompression is capped by
-    :func:`layer_cap`, checked before any member is skipped.
+    of the squash before anything is committed. The hashing runs on the
+    read-ahead thread, next to decompression, so the tar walk does not wait
+    for it. Decompression is capped by :func:`layer_cap`, checked before any
+    member is skipped.
     """
     from .streams import Digesting, drain
     from .tarstream import tar_members
 
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
     compressed = is_compressed(buffered.peek(4)[:4])  # type: ignore[union-attr]
-    stored: IO[bytes] = buffered
-    blob_check = None
-    if check.blob is not None:
-        blob_check = Digesting(buffered, check.blob, size=check.blob_size, where=where,
-                               what=f"blob {check.blob} of {check.name}")
-        stored = io.BufferedReader(blob_check, 1 << 20)
-    plain = _plain(stored, where) if compressed else stored
-    stream: IO[bytes] = plain
-    diff_check = None
-    if check.diff_id is not None and (compressed or check.diff_id != check.blob):
-        diff_check = Digesting(plain, check.diff_id, where=where,
-                               what=f"uncompressed stream of {check.name} (diff_id {check.diff_id})")
-        stream = io.BufferedReader(diff_check, 1 << 20)
+    checks: list[Digesting] = []
+
+    def hashed(stream: IO[bytes], digest: str | None, size: int | None, what: str) -> IO[bytes]:
+        if digest is None:
+            return stream
+        checks.append(Digesting(stream, digest, size=size, where=where, what=what))
+        return checks[-1]  # type: ignore[return-value]
+
+    diff_what = f"uncompressed stream of {check.name} (diff_id {check.diff_id})"
+    stored = hashed(buffered, check.blob, check.blob_size, f"blob {check.blob} of {check.name}")
+    if compressed:
+        stream = _plain(io.BufferedReader(stored, 1 << 20), where,  # type: ignore[arg-type]
+                        wrap=lambda s: hashed(s, check.diff_id, None, diff_what))
+    else:
+        if check.diff_id != check.blob:
+            stored = hashed(stored, check.diff_id, None, diff_what)
+        stream = ReadAhead(stored)  # type: ignore[assignment]
     stored_size = check.stored_size if check.stored_size is not None else check.blob_size
     cap, hint = layer_cap(stored_size if compressed else None, check.max_layer_size, check.max_ratio)
     try:
@@ -364,17 +377,16 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
                                on_offset=on_offset)
         try:
             drain(stream, limit=cap, where=where, what=check.name)
-            if compressed:
-                drain(stored, limit=None, where=where, what=check.name)
+            for c in checks:  # the compressed blob past the decompressor's end, then the checks
+                drain(c, limit=None, where=where, what=check.name)
+                if not c.checked:
+                    c.check()
         except ReconError:
             raise
         except Exception as err:
             from .streams import stream_error
 
             raise stream_error(err, where) from err
-        for c in (diff_check, blob_check):
-            if c is not None and not c.checked:
-                c.check()
     finally:
-        if isinstance(plain, ReadAhead):
-            plain.close()
+        if isinstance(stream, ReadAhead):
+            stream.close()
