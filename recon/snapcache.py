@@ -198,15 +198,8 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
 
 
 def open_snapshot(ref: str) -> Snapshot:
-    """A snapshot by path or by name: ``snapshots/`` first, then the cache that ``run``/``diff``
-    fill, so a name printed by one verb opens in every other."""
-    try:
-        return Snapshot.open(ref)
-    except ReconError:
-        cached = cache_dir() / "snapshots" / ref
-        if "/" in ref or ref.startswith(".") or not (cached / MANIFEST).is_file():
-            raise
-        return Snapshot.open(cached)
+    """A snapshot by path or by name (``snapshots/`` first, then the cache: :meth:`Snapshot.open`)."""
+    return Snapshot.open(ref)
 
 
 def _offline_registry(base: Path, text: str, err: ReconError) -> Snapshot:

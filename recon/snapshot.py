@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ReconError
-from .paths import snapshots_dir
+from .paths import cache_dir, snapshots_dir
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -61,10 +61,13 @@ class Snapshot:
 
     @classmethod
     def open(cls, ref: str | Path) -> Snapshot:
-        """Open by path, or by name under the default snapshots folder."""
+        """Open by path, or by name: the default snapshots folder, then the cache that
+        ``run``/``diff``/``recipe`` fill, so a name one verb printed opens in every other."""
         candidates = [Path(ref)]
         if not Path(ref).is_absolute():
             candidates.append(snapshots_dir() / str(ref))
+        if "/" not in str(ref) and not str(ref).startswith("."):
+            candidates.append(cache_dir() / "snapshots" / str(ref))
         for cand in candidates:
             man = cand / MANIFEST
             if man.is_file():

@@ -179,7 +179,7 @@ def test_cli_chain(vllm_latest: Snapshot, tmp_path: Path) -> None:
     res = runner.invoke(app, ["chain", str(vllm_latest.root), "--to", ALIGN, "--depth", "1", "--json",
                               "--keep", "2", "--out", str(tmp_path / "k")])
     assert res.exit_code == 0, res.output
-    assert UPDATE in res.output and (tmp_path / "k" / "manifest.json").is_file()
+    assert UPDATE in res.output and (tmp_path / "k" / "vllm_0.33.0--Platform._align_hybrid_block_size" / "manifest.json").is_file()
     res = runner.invoke(app, ["chain", str(vllm_latest.root), "--to", "Platform._align_hybrid_blocksize"])
     assert res.exit_code != 0
     from recon.cli import main
