@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,27 @@ def test_check_bundle_reports_a_broken_runtime(tmp_path: Path) -> None:
     (bundle / "_recon_probe_runtime.py").write_text("def broken(:\n")
     result = check_bundle(bundle)
     assert not result.ok and not result.loaded and result.returncode == 0
-    assert "recon-probe: runtime not loaded: SyntaxError" in result.stderr
+    assert result.stderr == ""  # the bundle never writes to the engine's stderr
+
+
+def test_bundle_files_readable_by_any_user(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["mod:f"])
+    assert oct(bundle.stat().st_mode & 0o777) == "0o755"
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in bundle.iterdir()} == {
+        name: "0o644" for name in ("README.md", "_recon_probe_runtime.py", "probe.json",
+                                   "sitecustomize.py")}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3.11"),
+                    reason="the unprivileged run needs root (setpriv) and a system Python")
+def test_check_runs_as_unprivileged_user_too(tmp_path: Path) -> None:
+    """As root, check repeats the run as uid 65534: a spec readable only by root fails."""
+    bundle = make_bundle(tmp_path, ["mod:f"])
+    good = check_bundle(bundle, python="/usr/bin/python3.11")
+    assert good.ok and good.unprivileged == "loaded as uid 65534"
+    (bundle / "probe.json").chmod(0o600)
+    bad = check_bundle(bundle, python="/usr/bin/python3.11")
+    assert bad.loaded and not bad.ok and bad.unprivileged.startswith("NOT loaded as uid 65534")
 
 
 def test_cli_new_check_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -442,10 +442,12 @@ def _gate(k):
     if ic is not None and ic():
         return
     try:
-        if _S.tls.busy or not _S.enabled:
+        if _S.tls.busy:
             return
         t = _S.targets[k]
-        n = t.tick()
+        n = t.tick()  # counted even once switched off: EXIT's counts stay exact
+        if not _S.enabled:
+            return
         if n < t.first or (t.every and not (n + 1 - t.first) % t.every):
             _gate.r.d = (_ident(), n)
     except Exception:
@@ -453,19 +455,28 @@ def _gate(k):
 
 
 def _enter(k):
-    """A logged call begins: build its record from the frame's own arguments."""
-    try:  # noqa: SIM105 - the runtime does not import contextlib
-        _begin(k, _getframe(1))
+    """A logged call begins: build its record from the frame's own arguments.
+
+    The verdict is taken before any call: near the recursion limit a nested
+    call may fail, and a verdict left behind would send the next call of the
+    deepest frame down the logged path.
+    """
+    verdict = _gate.r
+    mine, verdict.d = verdict.d, None
+    try:
+        if mine is not None:
+            if mine[0] == _ident():
+                _begin(k, mine[1], _getframe(1))
+            else:
+                verdict.d = mine  # another thread's verdict: that thread takes it
     except Exception:
         pass
 
 
-def _begin(k, frame):
-    verdict, r = _gate.r, _S.tls
-    mine = verdict.d
-    if mine is None or mine[0] != _ident() or r.busy:
-        return  # another thread's verdict: that thread takes it
-    verdict.d, n = None, mine[1]
+def _begin(k, n, frame):
+    r = _S.tls
+    if r.busy:
+        return
     r.busy = True
     t = None
     try:
@@ -724,8 +735,8 @@ def _module_imports(ast, tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)
-                         or isinstance(c, ast.ExceptHandler))
+            stack.extend(c for c in ast.iter_child_nodes(node)
+                         if isinstance(c, (ast.stmt, ast.ExceptHandler)))
     return found
 
 
