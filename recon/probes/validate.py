@@ -23,8 +23,9 @@ from ..snapshot import Snapshot
 from .lookup import AstLookup, IndexLookup, LookupProblem
 from .spec import ProbeSpec, TargetSpec
 
-BOUND_KINDS = ("method", "classmethod", "property")
-SUPPORTED_KINDS = ("function", "method", "classmethod", "staticmethod", "property")
+BOUND_KINDS = ("method", "classmethod", "property", "cached_property")
+SUPPORTED_KINDS = ("function", "method", "classmethod", "staticmethod", "property",
+                   "cached_property")
 
 
 @dataclass
@@ -78,8 +79,6 @@ def check_target(target: TargetSpec, lookup: IndexLookup | AstLookup) -> TargetC
     if d.kind not in SUPPORTED_KINDS:
         out.problems.append(f"{target.attr} is a {d.kind}; the runtime patches only "
                             + ", ".join(SUPPORTED_KINDS))
-    if d.generator:
-        out.problems.append(f"{target.attr} is a generator function: the runtime leaves those alone")
     if target.self_attrs and d.kind not in BOUND_KINDS:
         out.problems.append(f"--self-attr needs a method; {target.attr} is a {d.kind}")
     known = set(d.params) | {"result"} | set(dir(builtins)) | d.module_names
