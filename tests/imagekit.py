@@ -167,3 +167,75 @@ def snapshot_fingerprint(snap: Any) -> dict[str, tuple[str, str]]:
         key = rel[len(pkg) + 1:]
         out[key] = ("symlink", rec.target) if rec.kind == "symlink" else ("file", rec.sha256)
     return out
+
+
+# --- OCI layouts with every byte under the test's control ---------------------------------
+
+def put_blob(layout: Path, data: bytes) -> dict[str, Any]:
+    """Store ``data`` under ``blobs/sha256/<its digest>``; return its descriptor (digest, size)."""
+    digest = hashlib.sha256(data).hexdigest()
+    p = Path(layout) / "blobs" / "sha256" / digest
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    return {"digest": f"sha256:{digest}", "size": len(data)}
+
+
+def write_oci(layout: Path, layers: list[bytes], *, diff_ids: list[str] | None = None,
+              config: Any = None, manifest: Any = None, index: Any = None,
+              layer_descs: list[dict[str, Any]] | None = None) -> Path:
+    """An OCI image layout of ``layers`` (stored bytes, gzip/zstd or plain tar).
+
+    Each document can be replaced whole (``config``, ``manifest``, ``index``:
+    any JSON value, or ``bytes`` written verbatim) so a test can break exactly
+    one thing; ``diff_ids`` defaults to the sha256 of each layer decompressed.
+    """
+    layout = Path(layout)
+    layout.mkdir(parents=True, exist_ok=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    descs = layer_descs or [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                             **put_blob(layout, data)} for data in layers]
+    if diff_ids is None:
+        diff_ids = ["sha256:" + hashlib.sha256(_plain_bytes(data)).hexdigest() for data in layers]
+    if config is None:
+        config = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"]},
+                  "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    cfg = put_blob(layout, config if isinstance(config, bytes) else json.dumps(config).encode())
+    if manifest is None:
+        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **cfg},
+                    "layers": descs}
+    m = put_blob(layout, manifest if isinstance(manifest, bytes) else json.dumps(manifest).encode())
+    if index is None:
+        index = {"schemaVersion": 2, "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", **m}]}
+    (layout / "index.json").write_bytes(index if isinstance(index, bytes) else json.dumps(index).encode())
+    return layout
+
+
+def _plain_bytes(data: bytes) -> bytes:
+    if data[:2] == b"\x1f\x8b":
+        return gzip.decompress(data)
+    if data[:4] == b"\x28\xb5\x2f\xfd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+    return data
+
+
+def tar_folder(folder: Path, dest: Path) -> Path:
+    """A folder (an OCI layout) as an uncompressed tar, members relative to it (oci-archive:)."""
+    with tarfile.open(dest, "w") as out:
+        for p in sorted(Path(folder).rglob("*")):
+            out.add(str(p), arcname=p.relative_to(folder).as_posix(), recursive=False)
+    return Path(dest)
+
+
+def layer_bytes(files: dict[str, bytes]) -> bytes:
+    """An uncompressed layer tar of ``{name: data}`` (PAX format, fixed times), in memory."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mtime, ti.mode = len(data), 1_700_000_000, 0o644
+            tar.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()

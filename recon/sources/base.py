@@ -102,7 +102,7 @@ def _strings(value: Any, key: str, where: str | None) -> list[str] | None:
     """A list of strings (Docker also accepts one string for Entrypoint/Cmd), or None."""
     if value is None:
         return None
-    if isinstance(value, str):
+    if isinstance(value, str) and key != "Env":
         return [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ReconError(f"image config: {key} is not a list of strings", where=where)
@@ -376,7 +376,7 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
         yield from tar_members(stream, where=where, seekable=False, max_size=cap, cap_hint=hint,
                                on_offset=on_offset)
         try:
-            drain(stream, limit=cap, where=where, what=check.name)
+            drain(stream, limit=cap, where=where, what=check.name, hint=hint)
             for c in checks:  # the compressed blob past the decompressor's end, then the checks
                 drain(c, limit=None, where=where, what=check.name)
                 if not c.checked:

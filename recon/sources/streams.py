@@ -380,7 +380,7 @@ class Digesting(io.RawIOBase):
         super().close()
 
 
-def drain(stream: IO[bytes], *, limit: int | None, where: str, what: str) -> int:
+def drain(stream: IO[bytes], *, limit: int | None, where: str, what: str, hint: str = "") -> int:
     """Read ``stream`` to its end (so a :class:`Digesting` underneath checks), at most ``limit`` bytes.
 
     A layer's digest covers the bytes after the tar's end-of-archive blocks
@@ -403,5 +403,6 @@ def drain(stream: IO[bytes], *, limit: int | None, where: str, what: str) -> int
             return total
         total += n
         if limit is not None and total > limit:
-            raise UnsafeArchiveError(f"{what} goes on past {limit} bytes after the end of the tar "
-                                     "(decompression bomb?)", where=where)
+            raise UnsafeArchiveError(f"{what} goes on after the end of its tar and expands to "
+                                     + (hint or f"more than {limit} bytes (decompression bomb?)"),
+                                     where=where)
