@@ -8,12 +8,14 @@ Every number comes from real interpreters with a real bundle on ``PYTHONPATH``
 (the way the container runs it), all in one run:
 
 * per call, in one process per scenario: the plain function, the same function
-  probed and *sampled out* (``--first 0``), probed and *logged* (``shapes`` and
-  ``return`` of a small list and, with torch, a CPU tensor, written to a JSONL
-  file), and the function wrapped by a do-nothing ``wrapt`` decorator (the
-  usual way to wrap functions in Python, for scale);
+  probed (instrumented in place: its ``__code__`` gains the runtime's
+  prologue) and *sampled out* (``--first 0``), probed and *logged* (``shapes``
+  and ``return`` of a small list and, with torch, a CPU tensor, written to a
+  JSONL file), and the function wrapped by a do-nothing ``wrapt`` decorator
+  (the usual way to wrap functions in Python, for scale);
 * sampled-out again with torch imported, which adds torch's own
-  ``torch.compiler.is_compiling()`` check to every call;
+  ``torch.compiler.is_compiling()`` check to every call (what lets the
+  prologue fold away under ``torch.compile``);
 * start-up: ``python -c pass`` with and without the bundle, interleaved runs,
   median; the first process compiles the runtime (about 4 ms), later ones load
   the bytecode the bootstrap cached in the log folder.
@@ -145,20 +147,22 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"torch: {'yes' if 'torch' in torch_modes else 'no'}")
     print()
-    print("| scenario | arg | plain us | probed us | overhead us | ratio | wrapt us | wrapt overhead us |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| scenario | arg | plain us | probed us | probed / plain | overhead us "
+          "| wrapt us | wrapt / plain | probed / wrapt |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key, r in results.items():
         kind, _, mode = key.rpartition("_")
         arg = "CPU tensor 4x8" if mode == "torch" else "list of 3"
         label = kind.replace("_", "-") + (" (torch imported)" if mode == "torch" else "")
         print(f"| {label} | {arg} | {r['plain']:.3f} | {r['probed']:.3f} | "
-              f"{r['probed'] - r['plain']:.3f} | {r['probed'] / r['plain']:.1f}x | "
-              f"{r['wrapped']:.3f} | {r['wrapped'] - r['plain']:.3f} |")
+              f"{r['probed'] / r['plain']:.1f}x | {r['probed'] - r['plain']:.3f} | "
+              f"{r['wrapped']:.3f} | {r['wrapped'] / r['plain']:.1f}x | "
+              f"{r['probed'] / r['wrapped']:.2f}x |")
     print()
-    print("| start-up (`python -c pass`, median) | ms | added ms |")
-    print("|---|---|---|")
+    print("| start-up (`python -c pass`, median) | ms | added ms | ratio |")
+    print("|---|---|---|---|")
     for key, ms in start.items():
-        print(f"| {key} | {ms:.1f} | {ms - start['plain']:+.1f} |")
+        print(f"| {key} | {ms:.1f} | {ms - start['plain']:+.1f} | {ms / start['plain']:.2f}x |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"per_call_us": results, "startup_ms": start}, indent=2))

@@ -14,7 +14,10 @@ inside a ``torch.compile(fullgraph=True)`` region (inductor). It checks that:
 * records taken during capture are metadata-only (``mode: meta``: shapes and
   dtypes, no values, expressions skipped; ``x.sum().item()`` would have
   broken the capture), eager records of device tensors hold no values either;
-* calls inside the compiled region pass through (no records, not counted).
+* calls inside the compiled region pass through (no records, not counted);
+* every target was instrumented in place (status ``patched``): the runtime
+  compiles the function's own source into its ``__code__``, so dynamo traces
+  the prologue, which folds away under ``torch.compiler.is_compiling()``.
 
 Without CUDA it still runs the compile part on CPU (backend ``eager``) so the
 script itself can be tried anywhere; the report says which mode ran.
@@ -156,6 +159,9 @@ def main() -> int:
         f"{len(full)} eager), errors swallowed: {sum(p.errors for p in summary.processes)}")
     say(f"processes that loaded the bundle: {len(summary.processes)} (engine: {len(exits)})")
     say(f"engine EXIT call counts: {exits[-1]['calls'] if exits else 'missing'}")
+    statuses = {q: s for p in summary.processes for q, s in p.targets.items()}
+    if any(statuses.get(q) != "patched" for q in TARGETS):
+        failures.append(f"targets not instrumented in place: {statuses}")
     if cuda and not meta:
         failures.append("no metadata-only records from the CUDA graph capture")
     for rec in meta:

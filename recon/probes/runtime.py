@@ -964,12 +964,21 @@ class _Loader:
         _on_loaded(spec.name)
 
 
+def _importing():
+    """True when the import statement (or ``import_module``) asks, not
+    ``importlib.util.find_spec``: a spec the host only looks at keeps its own loader."""
+    try:
+        return _getframe(3).f_code.co_name == "_find_and_load_unlocked"
+    except Exception:
+        return False
+
+
 class _Finder:
     """Meta-path entry: for watched modules only, the spec the other finders return,
     with its loader stood in for (see :class:`_Loader`); ``None`` for everything else."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _S.watched or _S.tls.busy:
+        if name not in _S.watched or _S.tls.busy or not _importing():
             return None
         tls = _S.tls
         tls.busy = True

@@ -392,6 +392,27 @@ class Color(enum.Enum):
         return self.name.lower()
 """})
 
+host("find_spec_keeps_loader", """
+import importlib.util, eng_spec_probe
+spec = importlib.util.find_spec("later")
+print(type(spec.loader).__name__)
+import later
+print(type(later.__spec__.loader).__name__, later.__loader__ is later.__spec__.loader, later.f(1))
+""", ["later:f"], expect(patched=("later:f",), counts={"later:f": 1}),
+     files={"later.py": "def f(x):\n    return x + 1\n", "eng_spec_probe.py": ""}, core=True)
+host("cached_property_target", """
+import cp
+c = cp.C()
+print(c.value, c.value, vars(c), type(vars(cp.C)["value"]).__name__)
+""", ["cp:C.value"], expect(counts={"cp:C.value": 1}), files={"cp.py": """
+import functools
+
+class C:
+    @functools.cached_property
+    def value(self):
+        return 42
+"""})
+
 # -- arguments are looked at through their type only -----------------------------
 HOSTILE = """
 import threading
