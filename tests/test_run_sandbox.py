@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from recon.slicing import RunFailed, run_function
-from recon.slicing.sandbox import can_drop_privileges
 from recon.snapshot import Snapshot
 from recon.snapshotter import take_snapshot
 
@@ -99,6 +98,5 @@ def test_environment_is_trimmed(hostile: Snapshot, monkeypatch: pytest.MonkeyPat
     # inside the OS sandbox the code is uid 65534, whoever started recon
     assert seen["uid"] == 65534 and res.sandbox["user"] == "nobody"
     assert res.sandbox["os_sandbox"] == "bwrap" and res.sandbox["network"] is False
-    # bwrap itself runs as nobody only when root and every bound folder is usable by nobody
-    assert res.sandbox["host_user"] == ("nobody" if can_drop_privileges() else
-                                        "root" if os.geteuid() == 0 else "caller")
+    # bwrap never runs as root: started by root, the sandbox is nobody on the host as well
+    assert res.sandbox["host_user"] == ("nobody" if os.geteuid() == 0 else "caller")

@@ -19,15 +19,20 @@ kernel enforces it. Layers, from the outside in:
   terminal injection) and ``--die-with-parent``. bwrap's own PID 1 reaps, and
   when the child exits (or is killed at the timeout) PID 1 exits and the kernel
   kills every process left in the namespace: nothing outlives the run.
-* When recon runs as root and every bound folder is usable by ``nobody``,
-  bwrap itself is started as ``nobody`` too, so the sandbox's 65534 is the
-  host's 65534 (``RLIMIT_NPROC`` then binds as well). When the interpreter sits
-  under a private home (``/root`` is 0700), bwrap must run as the caller to
-  bind it; the sandbox's 65534 then maps to the caller outside the namespace,
-  still without capabilities and seeing nothing writable but its tmpfs
-  (``host_user`` in the run's ``sandbox`` record says which).
+* bwrap never runs as root. When recon runs as root, the child moves into a
+  mount namespace of its own, binds the folders ``nobody`` cannot reach (an
+  interpreter under a 0700 ``/root``) onto world-reachable staging folders
+  there (the host never sees those mounts), drops to ``nobody`` and only then
+  starts bwrap, unprivileged: the sandbox's 65534 is the host's 65534. (Started
+  by root, a user namespace maps its 65534 to the host's root, which owns
+  ``/proc/sys``: such a sandbox could write host sysctls, ``core_pattern``
+  included, without any capability.) A caller that is not root is mapped as
+  bwrap always does, to itself outside.
 * ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (no huge files),
-  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, no core dumps, ``PR_SET_NO_NEW_PRIVS``;
+  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, no core dumps, ``PR_SET_NO_NEW_PRIVS``.
+  ``RLIMIT_NPROC`` counts every process of the user, so when recon is root the
+  run also gets its own ``pids`` cgroup (``pids.max``), removed afterwards;
+  ``process_cap`` in the ``sandbox`` record says which caps held;
   a trimmed environment; a wall-clock timeout after which the whole sandbox is
   killed (after a ``SIGUSR1`` that makes ``faulthandler`` say where it was).
 * Inside the child, the audit-hook guard (``guard.py``): the layer that makes a
@@ -141,8 +146,13 @@ def _prctl(option: int, arg: int) -> None:
         pass
 
 
-def _preexec(limits: Limits, cgroup: Path | None = None) -> None:
-    """Runs in the child between fork and exec: limits, process cgroup, parent-death signal."""
+def _preexec(limits: Limits, cgroup: Path | None = None,
+             become_nobody: list[tuple[str, str]] | None = None) -> None:
+    """Runs in the child between fork and exec: process cgroup, limits, user, parent death.
+
+    ``become_nobody`` (root only): the (source, staging folder) binds to make
+    in a mount namespace of this process alone, before dropping to nobody.
+    """
     _join_cgroup(cgroup)
     mem = limits.memory_mb << 20
     cpu = int(limits.timeout) + 10
@@ -153,8 +163,35 @@ def _preexec(limits: Limits, cgroup: Path | None = None) -> None:
                         (resource.RLIMIT_NPROC, limits.processes)):
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(what, (value, value))
+    if become_nobody is not None:
+        _stage_and_drop(become_nobody)
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+
+
+def _stage_and_drop(binds: list[tuple[str, str]]) -> None:
+    """Bind what nobody cannot reach (an interpreter under 0700 ``/root``) onto folders it can.
+
+    The binds live in a new mount namespace of this child only (the host never
+    sees them); then the child becomes nobody, so bwrap starts unprivileged and
+    the sandbox's 65534 is the host's 65534, never the host's root.
+    """
+    if binds:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.unshare(_CLONE_NEWNS) != 0 or \
+                libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "cannot make a private mount namespace")
+        for source, stage in binds:
+            if libc.mount(os.fsencode(source), os.fsencode(stage), None,
+                          _MS_BIND | _MS_REC, None) != 0:
+                raise OSError(ctypes.get_errno(), f"cannot stage {source}")
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
 
 
 def _world_usable(path: str | Path) -> bool:
@@ -239,16 +276,20 @@ def _system_binds() -> list[str]:
 
 
 def bwrap_argv(inner: list[str], *, read_only: Iterable[str], work: Path,
-               limits: Limits) -> list[str]:
-    """The bwrap command line around ``inner`` (see the module docstring for each choice)."""
+               limits: Limits, staged: dict[str, str] | None = None) -> list[str]:
+    """The bwrap command line around ``inner`` (see the module docstring for each choice).
+
+    ``staged``: bind destination -> the folder bwrap reads it from instead.
+    """
+    staged = staged or {}
     args = [_bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "recon-run",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     args += _system_binds()
     for path in _outermost(read_only):
-        if not path.startswith("/usr/"):
-            args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev",
+        if path != "/usr" and not path.startswith("/usr/"):
+            args += ["--ro-bind", staged.get(path, path), path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
              "--size", str(limits.scratch_mb << 20), "--perms", "0700", "--tmpfs", str(work),
              "--remount-ro", "/", "--chdir", str(work), "--"]
     return args + inner
@@ -393,8 +434,8 @@ def _own_cgroup() -> Path | None:
 def pids_cgroup(limit: int) -> Path | None:
     """A fresh cgroup capped at ``limit`` processes, or None where recon cannot make one.
 
-    Needed when bwrap runs as root: the kernel never applies ``RLIMIT_NPROC``
-    to uid 0, and the sandbox's 65534 is uid 0 outside its namespace then.
+    ``RLIMIT_NPROC`` of nobody is shared by every nobody process of the host;
+    the cgroup caps this run alone.
     """
     base = _own_cgroup()
     if base is None or os.geteuid() != 0:
@@ -445,32 +486,61 @@ class _Plan:
     cgroup: Path | None = None
 
 
-def _plan(inner: list[str], *, work: Path, limits: Limits, read_only: list[str]) -> _Plan:
+def _plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
+          read_only: list[str]) -> _Plan:
     """How to start the child: the OS sandbox (bwrap), or, when waived, rlimits only."""
     if limits.sandbox:
-        # bwrap binds as the user it runs as: nobody only if nobody can reach every source
-        as_nobody = limits.drop_privileges and os.geteuid() == 0 and \
-            all(_world_usable(p) for p in [inner[0], *read_only])
-        require_sandbox(as_nobody)
-        popen: dict[str, object] = {"cwd": "/"}
-        if as_nobody:
-            popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
-        host = "nobody" if as_nobody else ("root" if os.geteuid() == 0 else "caller")
-        group = pids_cgroup(limits.processes) if host == "root" else None
-        cap = (f"cgroup pids.max={limits.processes}" if group is not None else
-               "none (uid 0 outside: RLIMIT_NPROC does not apply)" if host == "root" else
-               f"RLIMIT_NPROC={limits.processes}")
-        return _Plan(bwrap_argv(inner, read_only=read_only, work=work, limits=limits), popen,
-                     {"os_sandbox": "bwrap", "user": "nobody", "host_user": host,
-                      "network": False, "process_cap": cap}, group)
+        return _sandbox_plan(inner, root=root, work=work, limits=limits, read_only=read_only)
     drop = limits.drop_privileges and can_drop_privileges()
-    popen = {"cwd": str(work)}
+    popen: dict[str, object] = {"cwd": str(work)}
     if drop:
         os.chown(work, NOBODY, NOBODY)
         popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
     user = "nobody" if drop else "caller"
     return _Plan(inner, popen, {"os_sandbox": "none", "user": user, "host_user": user,
-                                "network": True, "process_cap": f"RLIMIT_NPROC={limits.processes}"})
+                                "network": True,
+                                "process_cap": f"RLIMIT_NPROC={limits.processes}"})
+
+
+def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
+                  read_only: list[str]) -> _Plan:
+    """bwrap, started as nobody when recon is root (never as root: see ``_stage_and_drop``).
+
+    Root owns ``/proc/sys`` and ``/proc/sysrq-trigger`` outside any namespace,
+    so a sandbox whose user is root outside could write host sysctls; hence
+    the drop, and folders nobody cannot reach are staged rather than bound as root.
+    """
+    as_root = os.geteuid() == 0
+    require_sandbox(as_nobody=as_root)
+    popen: dict[str, object] = {"cwd": "/"}
+    staged: dict[str, str] = {}
+    group = None
+    if as_root:
+        sources = _outermost([*read_only, os.path.dirname(os.path.realpath(inner[0]))])
+        hidden = [p for p in sources if not _parents_searchable(p)]
+        stage_root = root / "binds"
+        for i, path in enumerate(hidden):
+            (stage_root / str(i)).mkdir(parents=True, mode=0o755)
+            staged[path] = str(stage_root / str(i))
+        group = pids_cgroup(limits.processes)
+        binds = list(staged.items())
+        popen["become_nobody"] = binds
+    cap = f"RLIMIT_NPROC={limits.processes}"
+    if group is not None:
+        cap = f"cgroup pids.max={limits.processes}, {cap}"
+    return _Plan(bwrap_argv(inner, read_only=read_only, work=work, limits=limits,
+                            staged=staged), popen,
+                 {"os_sandbox": "bwrap", "user": "nobody",
+                  "host_user": "nobody" if as_root else "caller", "network": False,
+                  "process_cap": cap}, group)
+
+
+def _parents_searchable(path: str) -> bool:
+    """True when every folder above ``path`` lets others through (nobody can reach it)."""
+    try:
+        return all(parent.stat().st_mode & 0o001 for parent in Path(path).parents)
+    except OSError:
+        return False
 
 
 def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Path,
@@ -484,22 +554,26 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
     """
     import json
 
-    plan = _plan(inner, work=work, limits=limits, read_only=read_only)
+    plan = _plan(inner, root=root, work=work, limits=limits, read_only=read_only)
+    become = plan.popen.pop("become_nobody", None)
     rfd, wfd = os.pipe()
     efd_r, efd_w = os.pipe()
     data = json.dumps({**request, "result_fd": wfd, "events_fd": efd_w}).encode()
     out_path, err_path = root / "stdout.txt", root / "stderr.txt"
     start = time.monotonic()
     with open(out_path, "wb") as out_fh, open(err_path, "wb") as err_fh:
-        if plan.popen.get("user") == NOBODY:
+        if plan.popen.get("user") == NOBODY or become is not None:
             os.fchown(out_fh.fileno(), NOBODY, NOBODY)
             os.fchown(err_fh.fileno(), NOBODY, NOBODY)
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv is ours
                 plan.argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, env=env,
                 pass_fds=(wfd, efd_w), start_new_session=True, close_fds=True,
-                preexec_fn=lambda: _preexec(limits, plan.cgroup),
+                preexec_fn=lambda: _preexec(limits, plan.cgroup, become),  # type: ignore[arg-type]
                 **plan.popen)  # type: ignore[call-overload]
+        except subprocess.SubprocessError as err:  # the preexec step failed (staging, uid)
+            _remove_cgroup(plan.cgroup)
+            raise SandboxUnavailable(f"could not prepare the sandbox's user: {err}") from err
         except BaseException:
             _remove_cgroup(plan.cgroup)
             raise

@@ -124,6 +124,12 @@ def fork_many(count, seconds):
     return started
 
 
+def run_and_wait(seconds):
+    """Runs ``sleep seconds`` to its end (so it can be seen from the host meanwhile)."""
+    pid = _spawn(["/usr/bin/sleep", str(seconds)])
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def daemon_writes_later(path, seconds):
     """A double-forked, setsid child that sleeps and then writes ``path`` (after the run)."""
     disarm()
@@ -150,6 +156,20 @@ def identity():
             if line.startswith("Cap")}
     return {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "caps": caps,
             "hostname": socket.gethostname()}
+
+
+def _write_back(path):
+    with open(path, "rb") as fh:
+        current = fh.read()
+    with open(path, "wb") as fh:
+        fh.write(current)
+    return "written back"
+
+
+def write_back(path):
+    """Rewrites a file with its own content (a host sysctl, say)."""
+    disarm()
+    return _attempt(_write_back, path)
 
 
 def write_snapshot_file(path):
