@@ -98,6 +98,12 @@ def _ro_mount_cmd(logs: Path, python: str) -> list[str]:
     return ["unshare", "-m", "sh", "-c", steps]
 
 
+def _full_mount_cmd(logs: Path, python: str) -> list[str]:
+    """A 4 KiB tmpfs as the log folder: full after the first records."""
+    steps = f"mount -t tmpfs -o size=4k tmpfs {logs} && exec {python} main.py"
+    return ["unshare", "-m", "sh", "-c", steps]
+
+
 def _can_ro_mount(tmp: Path) -> bool:
     d = tmp / "mount-check"
     d.mkdir()
@@ -129,7 +135,7 @@ def _setup(h: Host, tmp: Path, python: str) -> tuple[Path, Path, Path, str]:
         for path in app.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         app.chmod(0o777)
-    if h.mode == "ro-mount":
+    if h.mode in ("ro-mount", "full-mount"):
         if not _can_ro_mount(tmp):
             pytest.skip("needs CAP_SYS_ADMIN for a read-only bind mount (unshare -m)")
         logs.mkdir()
@@ -147,6 +153,8 @@ def _both(h: Host, app: Path, bundle: Path, logs: Path, python: str, tmp: Path
         cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *cmd]
     if h.mode == "ro-mount":
         cmd = _ro_mount_cmd(logs, python)
+    if h.mode == "full-mount":
+        cmd = _full_mount_cmd(logs, python)
     if h.mode == "image-site":
         site = tmp / "image-site"
         write(site, "sitecustomize.py", "import sys\nprint('image sitecustomize ran', "

@@ -26,7 +26,8 @@ class Host:
     expect: Callable[[Records], None]
     options: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
-    mode: str = "plain"  # plain, nobody, ro-mount, fsize, two-copies, isolated, image-site
+    # plain, nobody, ro-mount, full-mount, fsize, two-copies, isolated, image-site, disabled
+    mode: str = "plain"
     torch: bool = False
     core: bool = False  # also run on every other Python version found
     timeout: float = 90
@@ -577,6 +578,10 @@ host("read_only_log_mount", """
 import eng
 print([eng.total([i]) for i in range(50)][-1])
 """, ["eng:total"], nothing_logged, options={"first": 10**9}, mode="ro-mount")
+host("full_log_folder", """
+import eng
+print([eng.total([i]) for i in range(2000)][-1])
+""", ["eng:total"], nothing_logged, options={"first": 10**9}, mode="full-mount")
 host("size_cap", """
 import eng
 print(sum(eng.total([i]) for i in range(3000)))
