@@ -31,8 +31,10 @@ def render_readme(name: str, spec: ProbeSpec) -> str:
 Mount this folder read-only into the engine's container and put it on
 `PYTHONPATH`: Python then imports its `sitecustomize.py` in every process
 (API server, spawned and forked workers), which runs the image's own
-`sitecustomize` first and then patches the targets below. Nothing else changes:
-same image, same command line.
+`sitecustomize` first and then instruments the targets below in place (their
+code objects; the function objects stay the same, no frame is added).
+Builtins and C functions are left alone (`skipped` in `VERIFY`). Nothing else
+changes: same image, same command line.
 
 {checked}
 {targets}
@@ -41,8 +43,9 @@ Per process and target: {sampling}; each process writes its own
 `probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in `{logs}`,
 starting with a `VERIFY` record (pid, argv, Python, environment variables
 {', '.join(spec.env) or '(none requested)'}, target status). A process with no
-file never loaded the bundle. If the log directory is not writable, records
-go to stderr prefixed with `recon-probe `.
+file never loaded the bundle. Nothing is ever written to stderr: if the log
+directory is not writable (or fills up), records are dropped. The files here
+are readable by any user (0644): the engine may run unprivileged.
 
 ## docker run
 ```
@@ -93,6 +96,6 @@ recon probe read probe-logs/          # per process, per target; --json, --markd
   `RECON_PROBE_LOG_DIR=/path` moves the logs.
 - `python -I`, `-E` and `-S` ignore `PYTHONPATH` or `site`: such processes are
   not probed (and write no `VERIFY` record).
-- Inside `torch.compile` tracing the probes pass through without logging; during
+- Inside `torch.compile` tracing the probes fold away without logging; during
   CUDA graph capture they log metadata (shapes, dtypes) only.
 """

@@ -474,6 +474,8 @@ def _enter(k):
 
 
 def _begin(k, n, frame):
+    """Open the record of call ``n`` of target ``k``, keyed by its frame (generators and
+    coroutines interleave, so no stack)."""
     r = _S.tls
     if r.busy:
         return
@@ -506,6 +508,7 @@ def _exc(k):
 
 
 def _end(k, frame, value, exc):
+    """Close the record of the logged call running in ``frame``, if there is one."""
     r = _S.tls
     if r.busy:
         return
