@@ -201,8 +201,15 @@ def run_cmd(
 
 
 def _short(value: Any, width: int = 120) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    text = json.dumps(value, default=str)  # JSON escapes control characters
+    return escape(text if len(text) <= width else text[: width - 3] + "...")
+
+
+def _safe(text: str) -> str:
+    """A string the run reported, made safe for the terminal (no markup, no escapes)."""
+    from ..slicing.result import printable
+
+    return escape(printable(text))
 
 
 def show_result(res: RunResult) -> None:
@@ -215,11 +222,11 @@ def show_result(res: RunResult) -> None:
     head.add_column("key", style="bold cyan")
     head.add_column("value", overflow="fold")
     if res.ok:
-        head.add_row("returned", escape(_short(res.value, 400)))
-        head.add_row("type", escape(res.value_type))
+        head.add_row("returned", _short(res.value, 400))
+        head.add_row("type", _safe(res.value_type))
     else:
         assert res.error is not None
-        head.add_row("raised", f"[red]{escape(res.error.line())}[/red]")
+        head.add_row("raised", f"[red]{_safe(res.error.line())}[/red]")
     head.add_row("time", f"{res.seconds:.4f} s in the call, {res.wall_seconds:.2f} s in all")
     console.print(head)
     if res.mutations:
@@ -227,21 +234,22 @@ def show_result(res: RunResult) -> None:
         for col in ("attr", "change", "before", "after"):
             m.add_column(col, overflow="fold")
         for mut in res.mutations:
-            m.add_row(escape(mut.attr), mut.change, escape(_short(mut.before, 60)), escape(_short(mut.after, 60)))
+            m.add_row(_safe(mut.attr), _safe(mut.change), _short(mut.before, 60), _short(mut.after, 60))
         console.print(m)
     if res.stub_touches:
         s = Table(title="stubs touched")
         for col in ("name", "kind", "count", "how", "first at"):
             s.add_column(col, overflow="fold")
         for t in res.stub_touches:
-            s.add_row(escape(t.name), t.kind, str(t.count),
-                      escape(", ".join(f"{k}×{v}" for k, v in t.ops.items())), escape(t.first))
+            s.add_row(_safe(t.name), _safe(t.kind), str(t.count),
+                      _safe(", ".join(f"{k}×{v}" for k, v in t.ops.items())), _safe(t.first))
         console.print(s)
     for a in res.assumptions:
-        err_console.print(f"[yellow]assumed[/yellow] {a['what']} at {a['site']} (×{a['count']})")
+        err_console.print(f"[yellow]assumed[/yellow] {_safe(str(a['what']))} at "
+                          f"{_safe(str(a['site']))} (×{a['count']})")
     for f in res.definition_failures:
-        err_console.print(f"[yellow]not defined in the slice[/yellow] {f['where']} "
-                          f"{', '.join(f['names'])}: {f['error']}")
+        err_console.print(f"[yellow]not defined in the slice[/yellow] {_safe(f['where'])} "
+                          f"{_safe(', '.join(map(str, f['names'])))}: {_safe(f['error'])}")
     p = Table(title="code that ran (provenance)")
     for col in ("file:lines", "sha256", "piece"):
         p.add_column(col, overflow="fold")

@@ -15,6 +15,7 @@ status, timeout) comes from the parent, never from the report.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -150,6 +151,19 @@ class RunResult:
         return asdict(self)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, cap: int = 2000) -> str:
+    """``text`` with control characters shown as escapes, capped: one safe terminal line.
+
+    Strings that come from the child (sites, messages, names) could carry
+    terminal escape sequences that rewrite or hide what the user reads.
+    """
+    text = text if len(text) <= cap else text[: cap - 3] + "..."
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class RunFailed(ReconError):
     """The run could not produce a trustworthy answer (timeout, forbidden stub, sandbox ...)."""
 
@@ -157,7 +171,7 @@ class RunFailed(ReconError):
 
     def __init__(self, message: str, *, results: list[RunResult] | None = None,
                  detail: str = "") -> None:
-        super().__init__(message)
+        super().__init__(printable(message))
         self.results = results or []
         self.detail = detail
         #: what the slice's budget left out (set by run_calls once the slice is built)

@@ -83,7 +83,11 @@ _TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 @dataclass
 class Limits:
-    """Resource limits of one run (and whether the OS sandbox is used)."""
+    """Resource limits of one run (and whether the OS sandbox is used).
+
+    ``drop_privileges`` matters only without the sandbox (run as nobody when
+    root); inside it the code is always 65534, and bwrap never runs as root.
+    """
 
     timeout: float = 60.0
     memory_mb: int = 4096
@@ -316,7 +320,8 @@ def sandbox_problem(as_nobody: bool = False) -> str | None:
         return f"bwrap did not start: {err}"
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
-        return f"bwrap could not create the namespaces: {said[0][:200]}"
+        return (f"a trial bwrap --unshare-all ... true failed: {said[0][:200]}; recon needs "
+                "bubblewrap 0.8 or later and user namespaces allowed")
     return None
 
 
