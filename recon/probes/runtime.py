@@ -97,7 +97,7 @@ class _Target:
     """One probed function: its options, its counters and what happened to it."""
 
     __slots__ = ("qualname", "module", "attr", "log", "self_attrs", "entry_exprs", "exit_exprs",
-                 "counter", "tick", "logged", "status", "fn", "bound", "params", "errors",
+                 "counter", "tick", "logged", "status", "globals", "bound", "params", "errors",
                  "first", "every")
 
     def __init__(self, raw):
@@ -112,7 +112,8 @@ class _Target:
         self.reset()
         self.errors = 0
         self.status = "pending"
-        self.fn = None
+        self.globals = None  # the function's module namespace (the function itself is
+        # not kept: a reference would change its refcount and when it is collected)
         self.bound = 0
         self.params = []
         self.first = self.every = 0
@@ -537,7 +538,7 @@ def _eval_exprs(t, exprs, ns, rec, full):
     out = rec.setdefault("expr", {})
     for name, code in exprs:
         try:
-            out[name] = _describe(eval(code, t.fn.__globals__, ns), full)
+            out[name] = _describe(eval(code, t.globals, ns), full)
         except Exception as exc:
             out[name] = {"error": _exc_text(exc)}
             _swallow("expr " + name, t, exc)
@@ -896,7 +897,7 @@ def _patch(t, k):
         new = _instrument(fn, k)
     except _Refuse as why:
         return "skipped: " + str(why)
-    t.fn = fn
+    t.globals = fn.__globals__
     t.bound = int(isinstance(owner, type) and not issubclass(type(raw), staticmethod))
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)

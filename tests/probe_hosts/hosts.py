@@ -296,6 +296,16 @@ r = weakref.ref(eng.total)
 print(r() is eng.total, copy.deepcopy(eng.total) is eng.total, copy.copy(eng.total) is eng.total)
 print(eng.total in {eng.total}, hash(eng.total) == hash(r()))
 """, ["eng:total"], expect(patched=("eng:total",)))
+host("refcount_and_collection", """
+import gc, sys, weakref, eng
+print(sys.getrefcount(eng.total))
+gone = []
+r = weakref.ref(eng.bump, lambda _: gone.append(True))
+print(eng.bump())
+del eng.bump
+gc.collect()
+print(gone, r() is None)
+""", ["eng:total", "eng:bump"], expect(patched=("eng:total", "eng:bump")), core=True)
 host("class_dict_kinds", """
 import eng
 d = vars(eng.Engine)
