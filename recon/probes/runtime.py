@@ -152,6 +152,7 @@ class _State:
         self.chained = None
         self.torch_cuda = None
         self.hooked = False
+        self.trees = {}  # file -> parsed module, while one module's targets are patched
 
 
 _S = _State()
@@ -718,7 +719,9 @@ def _instrument(fn, k):
     code = fn.__code__
     if getattr(fn, "__builtins__", None) is not _builtins_dict():
         raise _Refuse("its module runs with its own builtins")
-    tree = ast.parse(_source(fn, code), code.co_filename)
+    tree = _S.trees.get(code.co_filename)
+    if tree is None:  # targets of one module share its parse (the costly step)
+        tree = _S.trees[code.co_filename] = ast.parse(_source(fn, code), code.co_filename)
     fdef, path = _find_def(ast, tree, code)
     imports = _module_imports(ast, tree)
     if not _same_code(_compile_def(ast, fdef, path, code, imports), code):
@@ -929,6 +932,7 @@ def _on_loaded(name):
     except Exception as exc:
         _swallow("import hook", None, exc)
     finally:
+        _S.trees.clear()
         tls.busy = was
 
 
