@@ -41,9 +41,15 @@ def platform_of(desc: dict[str, Any]) -> str:
     return f"{s}/{p['variant']}" if p.get("variant") else s
 
 
+def media_type_of(doc: dict[str, Any]) -> str:
+    """A document's or descriptor's ``mediaType``, or "" when absent or not a string."""
+    mt = doc.get("mediaType")
+    return mt if isinstance(mt, str) else ""
+
+
 def is_index(doc: dict[str, Any], media_type: str | None = None) -> bool:
     """True for an OCI index or a Docker manifest list (media type, or shape when untyped)."""
-    mt = media_type or doc.get("mediaType")
+    mt = media_type or media_type_of(doc)
     return mt in INDEX_TYPES or (mt not in MANIFEST_TYPES and "manifests" in doc and "layers" not in doc)
 
 
@@ -107,7 +113,7 @@ def pick_manifest(index: dict[str, Any], platform: str | None, where: str,
         chosen = match[0]
     else:
         chosen = manifests[0]
-    if chosen.get("mediaType") in INDEX_TYPES:
+    if media_type_of(chosen) in INDEX_TYPES:
         digest = str(chosen["digest"])
         if digest in _seen:
             raise ReconError(f"the OCI index {digest} contains itself (a cycle of indexes)", where=where)

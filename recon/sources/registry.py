@@ -534,7 +534,7 @@ class RemoteLayer(Layer):
     def __init__(self, client: RegistryClient, index: int, desc: dict[str, Any], *,
                  diff_id: str | None, max_layer_size: int | None, cancel: threading.Event,
                  max_ratio: float | None = None) -> None:
-        super().__init__(index, desc["digest"], diff_id=diff_id, media_type=desc.get("mediaType", ""),
+        super().__init__(index, desc["digest"], diff_id=diff_id, media_type=str(desc.get("mediaType") or ""),
                          size=int(desc.get("size") or 0))
         self.client = client
         self.max_layer_size = max_layer_size

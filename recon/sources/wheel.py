@@ -143,9 +143,12 @@ class WheelLayer(Layer):
                 name = info.filename
                 if name.startswith("./"):
                     name = name[2:]
+                if not name.strip("/"):
+                    raise ReconError(f"member at offset {info.header_offset} has an empty name",
+                                     where=where)
                 full = f"{SITE}/{name.rstrip('/')}" if not name.startswith("/") else name
                 _check_name(full, "name", info.header_offset, where)
-                if info.is_dir():
+                if name.endswith("/"):
                     yield Entry(full, DIR)
                     continue
                 yield Entry(full, FILE, info.file_size, None, 0o644,
