@@ -550,3 +550,49 @@ def test_many_pax_headers_for_one_member_are_capped(tmp_path: Path) -> None:
     layer = _members(PKG) + header_only * 3 + one + bytes(1024)
     layout = write_oci(tmp_path / "lay", [layer], diff_ids=[_sha(layer)])
     _fails(tmp_path, f"oci:{layout}", "PAX headers of more than", kind=UnsafeArchiveError)
+
+
+# --- registry: the uncompressed stream against the config's diff_id ------------------------------
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real registry (``docker-registry``), a private blob cache, plain HTTP on loopback."""
+    from tests.registrykit import Registry, need
+
+    need("docker-registry")
+    monkeypatch.setenv("RECON_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RECON_REGISTRY_INSECURE", "1")
+    reg = Registry(tmp_path / "registry").start()
+    yield reg
+    reg.stop()
+
+
+def _push(registry: Any, tmp_path: Path, name: str, diff_id: str | None) -> str:
+    """Push one gzip layer of PKG whose config names ``diff_id`` (None: the right one)."""
+    from tests.registrykit import gzip_layer, image_manifest, skopeo_copy, write_oci_layout
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "l.tar").write_bytes(layer_bytes(PKG))
+    desc, path, right = gzip_layer(d / "l.tar", d / "l.tgz")
+    layout = d / "oci"
+    write_oci_layout(layout, [image_manifest(layout, [(desc, path, diff_id or right)])])
+    skopeo_copy(f"oci:{layout}:latest", f"docker://{registry.host}/recon/{name}:1", "--preserve-digests")
+    return f"registry:{registry.host}/recon/{name}:1"
+
+
+def test_a_registry_layer_that_is_not_its_diff_id(registry: Any, tmp_path: Path) -> None:
+    wrong = _sha(b"not this layer")
+    ref = _push(registry, tmp_path, "wrongdiff", wrong)
+    for _ in range(2):  # the second run reads the cached blob: still checked, no listing was kept
+        _fails(tmp_path, ref, f"diff_id {wrong}", "layer 0", kind=DigestMismatch)
+
+
+def test_a_verified_listing_does_not_vouch_for_another_diff_id(registry: Any, tmp_path: Path) -> None:
+    """The same layer blob, verified once under its true diff_id, then claimed by a config
+    with another one: the cached listing names the diff_id it was checked against."""
+    good = _push(registry, tmp_path, "good", None)
+    assert "vllm/__init__.py" in _ok(tmp_path, good)
+    wrong = _sha(b"another")
+    bad = _push(registry, tmp_path, "same-blob-other-diff", wrong)
+    _fails(tmp_path, bad, f"diff_id {wrong}", kind=DigestMismatch)

@@ -58,6 +58,7 @@ from ..blobcache import BlobCache, Tee, check_digest, digest_of
 from ..errors import ReconError, UnsafeArchiveError
 from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer, layer_cap
 from .streams import Bounded, CountingReader
+from .tarstream import _check_name
 
 ESTARGZ_TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
 ZSTD_POSITION_KEYS = ("io.github.containers.zstd-chunked.manifest-position",
@@ -160,7 +161,7 @@ def parse_estargz(reader: RangeReader, toc_digest: str, *, where: str) -> list[T
                          f"({toc_digest}, got {got})", where=where)
     try:
         toc = json.loads(toc_bytes)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise ReconError(f"eStargz TOC is not JSON ({err})", where=where) from err
     return _checked_entries(toc, default_end=toc_off, where=where, gzip_ranges=True)
 
@@ -190,8 +191,8 @@ def parse_zstd_chunked(reader: RangeReader, annotations: dict[str, str], *, wher
     try:
         data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=ulength)
         toc = json.loads(data)
-    except (zstandard.ZstdError, ValueError) as err:
-        raise ReconError(f"unreadable zstd:chunked manifest ({err})", where=where) from err
+    except (zstandard.ZstdError, ValueError, RecursionError) as err:
+        raise ReconError(f"unreadable zstd:chunked manifest ({str(err)[:160]})", where=where) from err
     return _checked_entries(toc, default_end=off, where=where, gzip_ranges=False)
 
 
@@ -248,10 +249,12 @@ def _toc_entries(raw: list[dict[str, Any]], *, default_end: int, where: str,
         name = _clean(str(rec.get("name", "")))
         if name == TOC_NAME:
             continue
+        _check_name(name, "name", 0, where)
         entry = TocEntry(name=name, kind=kind, size=int(rec.get("size") or 0),
                          mode=int(rec.get("mode") or 0) & 0o7777)
         if kind in (SYMLINK, HARDLINK):
             entry.linkname = str(rec.get("linkName") or "")
+            _check_name(entry.linkname, "link target", 0, where)
             if kind == HARDLINK:
                 entry.linkname = _clean(entry.linkname)
         if kind == FILE:
