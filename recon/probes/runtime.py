@@ -867,8 +867,12 @@ def _unwrap(raw):
         elif _tname(tp) == "cached_property" and type(_c_get(raw, "__dict__")) is dict:
             raw = _c_get(raw, "__dict__").get("func", raw)
     for _ in range(16):
-        inner = _namespace(raw).get("__wrapped__", _MISSING) if not isinstance(raw, type) \
-            else _MISSING
+        # Only through wrappers that call the inner function as Python code: a Python
+        # function (functools.wraps) or functools' C lru_cache. A compiler's dispatcher
+        # (numba, torch.jit) that also sets __wrapped__ would compile our prologue.
+        if type(raw) is not types.FunctionType and _tname(type(raw)) != "_lru_cache_wrapper":
+            break
+        inner = _namespace(raw).get("__wrapped__", _MISSING)
         if inner is _MISSING:
             break
         raw = inner

@@ -262,6 +262,31 @@ print(w.determine_available_memory(100), eng.Worker.determine_available_memory._
      expect(check=lambda r: first_call(r, "eng:Worker.determine_available_memory")["expr"]
             == {"util": 0.9, "b": 100}),
      options={"exprs": ["util=self.gpu_memory_utilization", "b=budget"]}, core=True)
+host("compiler_dispatcher_left_alone", """
+import disp
+print(disp.jitted(3), disp.cached(3), disp.cached(3), disp.cached.cache_info().hits)
+""", ["disp:jitted", "disp:cached"], expect(skipped=("disp:jitted",), patched=("disp:cached",),
+                                             counts={"disp:cached": 1}),
+     files={"disp.py": """
+import functools
+
+class Dispatcher:  # like numba's: sets __wrapped__, then compiles py_func's bytecode itself
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.code = fn.__code__
+
+    def __call__(self, x):
+        assert self.code is self.__wrapped__.__code__, "bytecode changed under the compiler"
+        return self.__wrapped__(x)
+
+@Dispatcher
+def jitted(x):
+    return x * 2
+
+@functools.lru_cache(maxsize=None)
+def cached(x):
+    return x + 1
+"""})
 host("function_attributes", """
 import eng
 eng.total.tag = "t"
