@@ -33,6 +33,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import time
 import zipfile
 import zlib
@@ -223,13 +224,18 @@ def check_error_output(rc, err: str, problems: list[str]) -> None:
         problems.append(f"stderr has {len(lines)} lines: {' | '.join(lines[:3])[:400]}")
 
 
-def snapshot_checks(c: Ctx, out: Path, problems: list[str]) -> None:
-    """(e): on success everything under out is contained, recorded, and holds no host bytes."""
+def snapshot_checks(c: Ctx, out: Path, problems: list[str], before: dict | None = None) -> None:
+    """(e): on success everything under out is contained, recorded, and holds no host bytes.
+
+    Entries planted by the test before the run (`before`, a tree_state) and left as they were are skipped."""
     tok = c.token.encode()
     outr = os.path.realpath(out)
+    before = before or {}
     for dirpath, dirnames, filenames in os.walk(out, followlinks=False):
         for n in dirnames + filenames:
             full = os.path.join(dirpath, n)
+            if os.path.relpath(full, out) in before:
+                continue
             s = os.lstat(full)
             if stat.S_ISLNK(s.st_mode):
                 real = os.path.realpath(full)
@@ -324,6 +330,7 @@ def run_case(cs: Case, tmp_path: Path) -> None:
     args += spec.get("args", [])
     host_before = tree_state(c.host)
     inp_before = tree_state(c.inp)
+    out_before = tree_state(out)
     top_before = set(os.listdir(c.root))
     home = Path(os.environ.get("HOME", "/root"))
     home_before = set(os.listdir(home))
@@ -365,7 +372,7 @@ def run_case(cs: Case, tmp_path: Path) -> None:
         if left:
             problems.append(f"left behind in out after failure: {left[:4]}")
     elif rc == 0:
-        snapshot_checks(c, out, problems)
+        snapshot_checks(c, out, problems, out_before)
         if cs.check:
             try:
                 cs.check(c, out)
@@ -1376,6 +1383,27 @@ add("oci", "archive-outer-traversal-member", _ocia_outer("trav"), "any")
 add("oci", "archive-blob-symlink-to-host", _ocia_outer("sym"), "fail")
 add("oci", "archive-blob-hardlink-to-host", _ocia_outer("hard"), "fail")
 
+# ---------------------------------------------------------------------------- type confusion in JSON
+TYPES = {
+    "layer-mediatype-int": lambda c: oci(c, layer_descs=_ld(lambda d: dict(d, mediaType=7))),
+    "layer-size-string": lambda c: oci(c, layer_descs=_ld(lambda d: dict(d, size="12"))),
+    "layer-desc-a-string": lambda c: oci(c, layer_descs=lambda ds: ["sha256:" + "0" * 64]),
+    "index-entry-a-string": lambda c: oci(c, index_patch=lambda i, put: dict(i, manifests=["x"])),
+    "index-platform-a-list": lambda c: oci(c, index_patch=lambda i, put: dict(i, manifests=[
+        dict(i["manifests"][0], platform=["linux", "amd64"])])),
+    "index-annotations-a-list": lambda c: oci(c, index_patch=lambda i, put: dict(i, annotations=[1, 2])),
+    "config-rootfs-missing": lambda c: oci(c, config_obj={"architecture": "amd64", "os": "linux", "config": {}}),
+    "config-diff-ids-a-dict": lambda c: oci(c, config_obj={"config": {}, "rootfs": {"diff_ids": {"a": 1}}}),
+    "config-env-100k": lambda c: oci(c, env=[f"V{i}=x" for i in range(100000)]),
+    "config-entrypoint-1MiB": lambda c: oci(c, config_obj=dict(hg.image_config([hg.sha(hg.base_layer())]),
+                                                                config={"Entrypoint": ["x" * (1 << 20)]})),
+    "da-layers-entries-dicts": lambda c: da(c, manifest=[{"Config": "c.json", "Layers": [{"a": 1}]}]),
+    "da-repotags-int": lambda c: da(c, manifest=[{"Config": "x", "RepoTags": 5, "Layers": None}]),
+}
+for tname, fn in TYPES.items():
+    add("jsontype", tname, lambda c, fn=fn: {"src": fn(c)}, "any")
+
+
 # ============================================================================ WH: wheels
 
 
@@ -1587,6 +1615,57 @@ def _sigkill_partial(c):
 
 add("outdir", "sigkill-partial-removed-next-run", _sigkill_partial, "ok")
 
+def _pre_out(setup, force=True):
+    def b(c):
+        c.out.mkdir()
+        setup(c)
+        d = {"src": img(c, [hg.base_layer()], "da"), "skip_leftover": True}
+        if force:
+            d["args"] = ["--force"]
+        return d
+    return b
+
+
+def _real_snapshot(c, name="n"):
+    rc, so, se, _ = run_cli(["snapshot", img(c, [hg.base_layer()], "da"), "--package", PKG, "--out", str(c.out),
+                             "--name", name, "--quiet"], c.cwd, base_env(c))
+    assert rc == 0, se
+    return c.out / name
+
+
+def _force_src_link(c):
+    g = _real_snapshot(c)
+    shutil.rmtree(g / "src")
+    (g / "src").symlink_to(c.host)
+
+
+def _force_manifest_link(c):
+    g = _real_snapshot(c)
+    (g / "manifest.json").unlink()
+    (g / "manifest.json").symlink_to(c.host / "canary.txt")
+
+
+def _partial_link(c):
+    (c.out / ".snapshot.partial-999999-deadbeef").symlink_to(c.host)
+
+
+def _partial_with_link(c):
+    p = c.out / ".snapshot.partial-999999-deadbeef"
+    (p / "rootfs").mkdir(parents=True)
+    (p / "rootfs" / "up").symlink_to(c.host)
+    (p / "hostlink").symlink_to(c.host / "sub")
+    old = time.time() - 86400
+    os.utime(p, (old, old))
+
+
+add("outdir", "force-over-name-that-is-symlink-to-host",
+    _pre_out(lambda c: (c.out / "n").symlink_to(c.host / "sub")), "any")
+add("outdir", "force-over-snapshot-whose-src-links-to-host", _pre_out(_force_src_link), "any")
+add("outdir", "force-over-snapshot-whose-manifest-links-to-host", _pre_out(_force_manifest_link), "any")
+add("outdir", "planted-partial-is-symlink-to-host", _pre_out(_partial_link, force=False), "any")
+add("outdir", "planted-stale-partial-holding-host-links", _pre_out(_partial_with_link, force=False), "any")
+
+
 # ============================================================================ DIR: dir: sources with host links
 
 
@@ -1760,6 +1839,12 @@ CRAFTED = {
     "src-is-link-to-host-index": (_m_src_link, lambda c, g: ["index", str(g), "-j", "0"]),
     "package-name-traversal-chain-keep": (_m_package_name, lambda c, g: [
         "chain", str(g), "--to", f"{PKG}.mod:f", "--keep", "3", "--out", str(c.out)]),
+    "chain-keep-force-over-name-linked-to-host": (
+        lambda c, g, man: (c.out.mkdir(), (c.out / "kept").symlink_to(c.host / "sub")),
+        lambda c, g: ["chain", str(g), "--to", f"{PKG}.mod:f", "--keep", "3", "--out", str(c.out), "--name", "kept",
+                      "--force"]),
+    "chain-keep-force-out-is-host": (lambda c, g, man: None, lambda c, g: [
+        "chain", str(g), "--to", f"{PKG}.mod:f", "--keep", "3", "--out", c.H, "--name", "sub", "--force"]),
 }
 CRAFTED_CASES = [(k, _crafted(m, v)) for k, (m, v) in CRAFTED.items()]
 
@@ -2270,6 +2355,7 @@ RUN_CASES: list[tuple[str, dict]] = [
     ("unix-abstract-connect", {"fn": "unix_abstract_connect", "net": "unix"}),
     ("setuid-0", {"fn": "setuid_root", "uid": True}),
     ("getuid-is-root", {"fn": "getuid", "uid": True}),
+    ("legit-run-with-tmpdir-under-0700-folder", {"fn": "getuid", "uid": True, "tmpdir_0700": True, "must_ok": True}),
     ("huge-memory-1GiB-limit-256M", {"fn": "huge_memory", "args": ["--memory", "256"], "no_value": "allocated"}),
     ("infinite-loop-timeout-3", {"fn": "infinite_loop", "args": ["--timeout", "3"], "must_not_ok": True}),
     ("sigterm-ignoring-loop-timeout-3", {"fn": "ignore_sigterm_loop", "args": ["--timeout", "3"], "must_not_ok": True}),
@@ -2338,11 +2424,18 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
             "--arg", "snap=" + json.dumps(str(run_snapshot)), "--arg", f"port={port}",
             "--arg", "home=" + json.dumps(str(home))] + spec.get("args", ["--timeout", "15", "--memory", "1024"])
     host_before = tree_state(c.host)
-    runs_before = {n for n in os.listdir("/tmp") if n.startswith("recon-run-")}
+    if spec.get("tmpdir_0700"):
+        scratch = c.root / "tmp"  # under pytest's 0700 folder, like a TMPDIR under $HOME
+        scratch.mkdir()
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="hostile-tmpdir-", dir="/tmp"))
+        scratch.chmod(0o755)
+    env = base_env(c)
+    env["TMPDIR"] = str(scratch)  # recon's run folders land here: leftovers are ours, not another user's
     top_before = set(os.listdir(c.root)) | {"cache"}
     problems: list[str] = []
     try:
-        rc, so, se, dt = run_cli(args, c.cwd, base_env(c), timeout=45)
+        rc, so, se, dt = run_cli(args, c.cwd, env, timeout=45)
         if sleeper is not None and sleeper.poll() is not None:
             problems.append("the untrusted code killed a host process (the test's sleeper)")
         if spec.get("poison") and poison.read_text() != "clean\n":
@@ -2383,6 +2476,8 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
                 problems.append(f"untrusted code runs as root (uid {value})")
         if spec.get("no_value") and rc == 0 and isinstance(value, str) and spec["no_value"] in value:
             problems.append(f"effect not prevented: returned {value[:80]!r}")
+        if spec.get("must_ok") and not (rc == 0 and ok):
+            problems.append("a harmless function did not run (TMPDIR inside a 0700 folder)")
         if spec.get("must_not_ok") and rc == 0 and ok:
             problems.append("an endless function reported success")
         if spec.get("net"):
@@ -2395,9 +2490,8 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
                 pass
         problems += [f"HOST CHANGED: {d}" for d in diff_state(host_before, tree_state(c.host))]
         problems += [f"SNAPSHOT CHANGED: {d}" for d in diff_state(snap_before, tree_state(run_snapshot))]
-        runs_left = {n for n in os.listdir("/tmp") if n.startswith("recon-run-")} - runs_before
-        if runs_left:
-            problems.append(f"run scratch folder left in /tmp after the run: {sorted(runs_left)}")
+        if os.listdir(scratch):
+            problems.append(f"run scratch left in $TMPDIR after the run: {sorted(os.listdir(scratch))[:4]}")
         new_top = set(os.listdir(c.root)) - top_before
         if new_top:
             problems.append(f"HOST CHANGED: new entries in the case folder: {sorted(new_top)}")
@@ -2419,6 +2513,8 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
         for w in watch:
             if os.path.lexists(w):
                 os.unlink(w)
+        if not spec.get("tmpdir_0700"):
+            shutil.rmtree(scratch, ignore_errors=True)
         for p in (home_secret, site_pth, home / f".recon_evil_{c.token}", Path(f"/recon_evil_{c.token}")):
             if os.path.lexists(p):
                 os.unlink(p)
