@@ -950,6 +950,18 @@ def _learn_torch():
         _S.torch_cuda = cuda
 
 
+def _as_import_machinery(cls):
+    """Label the stand-in's methods as import-machinery frames. They sit between
+    importlib's own frames while a module executes; labelled this way, tracebacks of
+    a failing import are trimmed exactly as without them (import.c cuts importlib's
+    chunk of frames), and ``warnings`` skips them when it counts ``stacklevel``."""
+    for name in ("__getattr__", "create_module", "exec_module"):
+        fn = cls.__dict__[name]
+        fn.__code__ = fn.__code__.replace(co_filename="<frozen importlib._bootstrap_external>")
+    return cls
+
+
+@_as_import_machinery
 class _Loader:
     """Stands in for one spec's loader until its module has executed, then tells the
     runtime. The real loader (often a class shared by every import, such as

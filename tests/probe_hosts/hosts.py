@@ -428,6 +428,19 @@ class Color(enum.Enum):
         return self.name.lower()
 """})
 
+host("target_module_fails_to_import", "import eng\nimport broken\n", ["broken:f"],
+     expect(check=lambda r: statuses(r) == {"broken:f": "pending"}),
+     files={"broken.py": "def f():\n    return 1\n\nraise RuntimeError('module is broken')\n"},
+     core=True)
+host("import_time_warning_stacklevel", """
+import warnings
+warnings.simplefilter("always")
+import deprecated_mod
+print(deprecated_mod.f())
+""", ["deprecated_mod:f"], expect(counts={"deprecated_mod:f": 1}),
+     files={"deprecated_mod.py": "import warnings\nwarnings.warn('old module', "
+                                 "DeprecationWarning, stacklevel=2)\n\ndef f():\n"
+                                 "    return 1\n"}, core=True)
 host("find_spec_keeps_loader", """
 import importlib.util, eng_spec_probe
 spec = importlib.util.find_spec("later")
