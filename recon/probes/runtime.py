@@ -553,7 +553,7 @@ def _open_call(t, n, frame):
            "n": n}
     if capturing:
         rec["mode"] = "meta"
-    ns = dict(frame.f_locals)
+    ns = _arguments(frame)
     if "args" in t.log or "shapes" in t.log:
         rec["args"] = {p: _describe(ns[p], full) for p in t.params[t.bound:] if p in ns}
     if t.self_attrs and t.bound and t.params and t.params[0] in ns:
@@ -562,7 +562,22 @@ def _open_call(t, n, frame):
         rec["expr"] = {"skipped": "CUDA graph capture"}
     elif t.entry_exprs:
         _eval_exprs(t, t.entry_exprs, ns, rec, full)
-    return rec, ns, capturing, _perf()
+    return rec, ns if t.exit_exprs else None, capturing, _perf()
+
+
+def _arguments(frame):
+    """A copy of the frame's locals at entry (its arguments, its closure cells).
+
+    Up to 3.12 ``f_locals`` is a snapshot dict kept on the frame: left filled, it
+    would keep an argument the body ``del``s alive until the frame ends (a later
+    ``__del__``, a later weakref callback). It is emptied again; Python refills it
+    whenever it is asked for (``locals()``, a tracer). From 3.13 it is a view.
+    """
+    loc = frame.f_locals
+    ns = dict(loc)
+    if type(loc) is dict and frame.f_code.co_flags & 0x01:  # CO_OPTIMIZED: a function
+        loc.clear()
+    return ns
 
 
 def _self_attr(obj, path, full):

@@ -321,6 +321,30 @@ r = weakref.ref(eng.total)
 print(r() is eng.total, copy.deepcopy(eng.total) is eng.total, copy.copy(eng.total) is eng.total)
 print(eng.total in {eng.total}, hash(eng.total) == hash(r()))
 """, ["eng:total"], expect(patched=("eng:total",)))
+host("argument_freed_when_the_body_drops_it", """
+import fin
+fin.consume(fin.Noisy("a"))
+print("after call")
+print(fin.keep_locals(1, 2))
+""", ["fin:consume", "fin:keep_locals"],
+     expect(counts={"fin:consume": 1, "fin:keep_locals": 1}), options=ARGS, core=True,
+     files={"fin.py": """
+class Noisy:
+    def __init__(self, name):
+        self.name = name
+
+    def __del__(self):
+        print("freed", self.name)
+
+def consume(obj):
+    del obj
+    print("body goes on")
+    return 1
+
+def keep_locals(a, b):
+    c = a + b
+    return sorted(locals().items())
+"""})
 host("refcount_and_collection", """
 import gc, sys, weakref, eng
 print(sys.getrefcount(eng.total))
