@@ -20,6 +20,7 @@ subprocess (4 GiB address-space limit, 60 s timeout) and checks:
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -1755,6 +1756,67 @@ def _gzip_huge_fname(c):
 add("edge", "gzip-4MiB-fname-header", _gzip_huge_fname, "any")
 
 
+# ============================================================================ SCALE: counts that cost memory, time or disk
+
+
+def _many_layers(n, same=False):
+    def b(c):
+        if same:
+            layers = [hg.base_layer()] * n
+        else:
+            layers = [hg.base_layer()] + [hg.tar_bytes([E(P(f"l{i}.py"), data=b"x")]) for i in range(n - 1)]
+        return {"src": img(c, layers, "da")}
+    return b
+
+
+add("scale", "1000-layers", _many_layers(1000), "any")
+add("scale", "same-layer-listed-500-times", _many_layers(500, same=True), "any")
+
+
+def _many_manifests(c):
+    def ip(index, put):
+        m = index["manifests"][0]
+        others = [dict(m, platform={"architecture": f"arch{i}", "os": "linux"}) for i in range(10000)]
+        return dict(index, manifests=others + [m])
+    return {"src": oci(c, index_patch=ip)}
+
+
+add("scale", "index-10000-manifests", _many_manifests, "any")
+
+
+def _zstd_window(c):
+    raw = hg.base_layer()
+    params = zstandard.ZstdCompressionParameters(window_log=31, compression_level=3, write_content_size=False)
+    buf = io.BytesIO()
+    w = zstandard.ZstdCompressor(compression_params=params).stream_writer(buf, closefd=False)
+    w.write(raw)
+    w.flush(zstandard.FLUSH_FRAME)
+    im = Image(raw_layers=[buf.getvalue()], compress="zstd", diff_ids=[hg.sha(raw)])
+    return {"src": hg.oci_layout(str(c.inp / "oci"), im)}
+
+
+add("scale", "zstd-frame-2GiB-window", _zstd_window, "any")
+
+
+def _hardlink_amp(c):
+    ents = [E(P("big.py"), data=b"#" * (1 << 20))] + [E(P(f"h{i}.py"), "hard", link=P("big.py")) for i in range(200)]
+    return {"src": img(c, [layer(ents)], "oci"), "args": ["--max-total-size", "100M"]}
+
+
+def _disk_bounded(c, out):
+    seen, total = set(), 0
+    for dp, _dn, fn in os.walk(out):
+        for n in fn:
+            st = os.lstat(os.path.join(dp, n))
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    assert total <= 110 << 20, f"--max-total-size 100M but {total >> 20} MiB written (hardlinks copied uncapped)"
+
+
+add("scale", "hardlink-amplification-200x1MiB-max-total-100M", _hardlink_amp, "any", _disk_bounded)
+
+
 # ============================================================================ READ: kept links read back by other verbs
 
 
@@ -2303,6 +2365,30 @@ def report_symlink(host, token, snap, port, home):
     os._exit(0)
 
 
+def leaked_fds(host, token, snap, port, home):
+    import os, stat
+    found = []
+    for fd in range(3, 256):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = "?"
+        found.append((fd, target))
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                w = os.open(f"escape_{token}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+                os.close(w)
+                found.append((fd, "WROTE"))
+                os.open(f"../escape_{token}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+            except OSError:
+                pass
+    return found
+
+
 def forge_report(host, token, snap, port, home):
     import json, os
     forged = json.dumps({"ok": True, "value": "FORGED", "error": None, "refused": [], "stdout": "", "stderr": ""})
@@ -2363,6 +2449,7 @@ RUN_CASES: list[tuple[str, dict]] = [
     ("write-python-site-pth", {"fn": "write_python_site", "site": True}),
     ("write-home", {"fn": "write_home"}),
     ("forge-result-report", {"fn": "forge_report", "no_value": "FORGED"}),
+    ("write-through-inherited-dir-fds", {"fn": "leaked_fds", "fds": True}),
     ("kill-a-host-process", {"fn": "kill_sleeper", "sleeper": True}),
     ("patch-guard-code-then-write", {"fn": "patch_guard_then_write"}),
     ("ctypes-libc-open-write-unlink", {"fn": "ctypes_open_write"}),
@@ -2476,6 +2563,13 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
                 problems.append(f"untrusted code runs as root (uid {value})")
         if spec.get("no_value") and rc == 0 and isinstance(value, str) and spec["no_value"] in value:
             problems.append(f"effect not prevented: returned {value[:80]!r}")
+        if spec.get("fds") and rc == 0 and isinstance(value, list):
+            outside = [v for v in value if isinstance(v, list) and isinstance(v[1], str)
+                       and v[1].startswith((str(c.root), "/work", "/root"))]
+            if any(isinstance(v, list) and v[1] == "WROTE" for v in value):
+                problems.append(f"the untrusted code created a file through an inherited folder descriptor: {value}")
+            elif outside:
+                problems.append(f"host descriptors visible to the untrusted code: {outside[:4]}")
         if spec.get("must_ok") and not (rc == 0 and ok):
             problems.append("a harmless function did not run (TMPDIR inside a 0700 folder)")
         if spec.get("must_not_ok") and rc == 0 and ok:
