@@ -1968,6 +1968,20 @@ wheel-version-newline-noname wheel-symlink-entry-rel-up wheel-empty-file wheel-t
 wheel-size-lie-compressed-smaller
 outdir-name-empty outdir-out-is-dangling-symlink-into-host
 dirsrc-self-loop
+scale-1000-layers scale-same-layer-listed-500-times jsontype-index-annotations-a-list jsontype-layer-size-string
+jsontype-da-repotags-int jsontype-config-diff-ids-a-dict jsontype-index-platform-a-list
+manifest-layers-a-string manifest-labels-a-list manifest-config-missing
+oci-layer-digest-short-hex oci-missing-manifest-blob oci-index-missing oci-config-nested-10000
+wheel-empty-zip wheel-truncated-half wheel-not-a-zip wheel-deep-1200
+edge-whiteout-with-content edge-gzip-4MiB-fname-header edge-pythonpath-relative-up
+pkgarg-dot pkgarg-slash readback-abs-link-to-host-py-then-find-run-slice-oci
+hugesize-pax-size-negative hugesize-max-total-size-2K
+outdir-name-dotdot outdir-name-absolute-host
+traversal-dir-up-to-host-da traversal-gnu-longlink-up
+symlink-chain-then-file-da symlink-empty-target-da
+duplicate-pkgroot-file-dir-sym-oci
+whiteout-whiteout-dotdot-name whiteout-whiteout-as-symlink
+longname-pax-path-80KiB-outside
 traversal-up-to-host-ociz traversal-pkg-zigzag-da traversal-dot-dotdot-da
 symlink-abs-dir-then-file-dad symlink-loop-da symlink-usr-local-is-link-same-layer duplicate-inside-sym-dir
 hardlink-forward-ref-da hardlink-empty-target-da whiteout-whiteout-empty-name whiteout-opaque-up-to-host
