@@ -64,10 +64,11 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ReconError
@@ -489,6 +490,7 @@ class _Plan:
     popen: dict[str, object]
     confinement: dict[str, object]
     cgroup: Path | None = None
+    staged: dict[str, str] = field(default_factory=dict)
 
 
 def _plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
@@ -518,18 +520,10 @@ def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
     as_root = os.geteuid() == 0
     require_sandbox(as_nobody=as_root)
     popen: dict[str, object] = {"cwd": "/"}
-    staged: dict[str, str] = {}
-    group = None
+    staged = _stage(read_only) if as_root else {}
+    group = pids_cgroup(limits.processes) if as_root else None
     if as_root:
-        sources = _outermost([*read_only, os.path.dirname(os.path.realpath(inner[0]))])
-        hidden = [p for p in sources if not _parents_searchable(p)]
-        stage_root = root / "binds"
-        for i, path in enumerate(hidden):
-            (stage_root / str(i)).mkdir(parents=True, mode=0o755)
-            staged[path] = str(stage_root / str(i))
-        group = pids_cgroup(limits.processes)
-        binds = list(staged.items())
-        popen["become_nobody"] = binds
+        popen["become_nobody"] = list(staged.items())
     cap = f"RLIMIT_NPROC={limits.processes}"
     if group is not None:
         cap = f"cgroup pids.max={limits.processes}, {cap}"
@@ -537,7 +531,39 @@ def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
                             staged=staged), popen,
                  {"os_sandbox": "bwrap", "user": "nobody",
                   "host_user": "nobody" if as_root else "caller", "network": False,
-                  "process_cap": cap}, group)
+                  "process_cap": cap}, group, staged)
+
+
+def _stage(read_only: list[str]) -> dict[str, str]:
+    """An empty staging folder for each bind source nobody cannot reach (see ``_stage_and_drop``).
+
+    They live in the system temp folder, reachable by nobody wherever the run's
+    scratch root is; the mounts onto them exist only in the child's namespace.
+    """
+    hidden = [p for p in _outermost(read_only) if not _parents_searchable(p)]
+    if not hidden:
+        return {}
+    stage_root = Path(tempfile.mkdtemp(prefix="recon-binds-"))
+    os.chmod(stage_root, 0o755)
+    staged = {}
+    for i, path in enumerate(hidden):
+        (stage_root / str(i)).mkdir(mode=0o755)
+        staged[path] = str(stage_root / str(i))
+    if not _parents_searchable(str(stage_root / "0")):
+        _unstage(staged)
+        raise SandboxUnavailable(f"the staging folder {stage_root} is not reachable by nobody; "
+                                 "set TMPDIR to a folder every user can pass")
+    return staged
+
+
+def _unstage(staged: dict[str, str]) -> None:
+    """Remove the (empty on the host: the binds lived in the child's namespace) staging folders."""
+    for stage in staged.values():
+        with contextlib.suppress(OSError):
+            os.rmdir(stage)
+    if staged:
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(next(iter(staged.values()))))
 
 
 def _parents_searchable(path: str) -> bool:
@@ -578,9 +604,11 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
                 **plan.popen)  # type: ignore[call-overload]
         except subprocess.SubprocessError as err:  # the preexec step failed (staging, uid)
             _remove_cgroup(plan.cgroup)
+            _unstage(plan.staged)
             raise SandboxUnavailable(f"could not prepare the sandbox's user: {err}") from err
         except BaseException:
             _remove_cgroup(plan.cgroup)
+            _unstage(plan.staged)
             raise
         finally:
             os.close(wfd)
@@ -595,6 +623,7 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
         _interrupt_and_kill(proc, timed_out)
         proc.wait()
         _remove_cgroup(plan.cgroup)
+        _unstage(plan.staged)
         for reader in readers:
             reader.join(timeout=5)
     stderr = _tail(err_path)
