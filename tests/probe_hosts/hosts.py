@@ -175,7 +175,7 @@ host("builtin_len", "print(len('abc'), len([1, 2]), type(len).__name__)\n", ["bu
 host("builtin_module_target", """
 import pwd, grp
 print(pwd.getpwuid(0).pw_name, grp.getgrgid(0).gr_name)
-import _csv, _struct
+import _csv, _struct, xxsubtype, _symtable
 print("imports fine")
 """, ["pwd:getpwuid", "_csv:reader"], expect(skipped=("pwd:getpwuid", "_csv:reader")),
      core=True)
