@@ -454,6 +454,9 @@ def _gate(k):
             _gate.r.d = (_ident(), n)
     except Exception:
         pass
+    except BaseException as exc:  # a signal handler's: raise it as if from the caller
+        exc.__traceback__ = None
+        raise
 
 
 def _enter(k):
@@ -473,6 +476,9 @@ def _enter(k):
                 verdict.d = mine  # another thread's verdict: that thread takes it
     except Exception:
         pass
+    except BaseException as exc:  # a signal handler's: raise it as if from the caller
+        exc.__traceback__ = None
+        raise
 
 
 def _begin(k, n, frame):
@@ -494,19 +500,25 @@ def _begin(k, n, frame):
 
 def _ret(k, value):
     """``return value`` of a logged call: finish its record; hands ``value`` back."""
-    try:  # noqa: SIM105 - the runtime does not import contextlib
+    try:
         _end(k, _getframe(1), value, None)
     except Exception:
         pass
+    except BaseException as exc:  # a signal handler's: raise it as if from the caller
+        exc.__traceback__ = None
+        raise
     return value
 
 
 def _exc(k):
     """A logged call raises: finish its record with the exception (re-raised after)."""
-    try:  # noqa: SIM105 - the runtime does not import contextlib
+    try:
         _end(k, _getframe(1), None, sys.exc_info()[1])
     except Exception:
         pass
+    except BaseException as exc:  # a signal handler's: raise it as if from the caller
+        exc.__traceback__ = None
+        raise
 
 
 def _end(k, frame, value, exc):
