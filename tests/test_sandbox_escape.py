@@ -120,6 +120,9 @@ def test_write_after_clearing_the_guard(snap: Snapshot, tmp_path: Path) -> None:
     got = _value("write_after_disarming", snap, path=str(target))
     assert str(got).startswith("error: ")
     assert not target.exists()
+    # nothing else is writable inside either: the tree's root, /dev, /dev/shm, /tmp, $HOME's parent
+    for inside in ("/x", "/dev/x", "/dev/shm/x", "/tmp/x", "/etc/x"):
+        assert "Read-only file system" in str(_value("write_after_disarming", snap, path=inside))
 
 
 def test_snapshot_is_read_only(snap: Snapshot) -> None:
@@ -238,6 +241,10 @@ def test_oversized_module_is_refused_before_parsing(tmp_path: Path) -> None:
     big = take_snapshot(f"dir:{pkg}", package="bigpkg", out=tmp_path / "snap")
     with pytest.raises(ReconError, match=r"^bigpkg/huge.py is 2.9 MiB, over the 2 MiB cap"):
         run_function(big, "bigpkg:f")
+    done = subprocess.run([sys.executable, "-m", "recon", "slice", str(big.root), "bigpkg:f"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "bigpkg/huge.py is 2.9 MiB, over the 2 MiB cap" in done.stderr
 
 
 def _host_uids_of(marker: str, deadline: float) -> list[str]:
