@@ -325,7 +325,9 @@ def run_case(cs: Case, tmp_path: Path) -> None:
     spec = cs.build(c)
     src = spec["src"]
     out = Path(spec.get("out", c.out))
-    args = ["snapshot", src, "--package", spec.get("package", PKG), "--out", str(out), "--quiet"]
+    args = ["snapshot", src, "--package", spec.get("package", PKG), "--out", str(out)]
+    if not spec.get("loud"):
+        args.append("--quiet")
     if not spec.get("noname"):
         args += ["--name", spec.get("name", "n")]
     args += spec.get("args", [])
@@ -1817,6 +1819,106 @@ def _disk_bounded(c, out):
 add("scale", "hardlink-amplification-200x1MiB-max-total-100M", _hardlink_amp, "any", _disk_bounded)
 
 
+# ============================================================================ MORE: OCI-form docker save, FIFOs, /dev/zero
+
+
+def _da_oci_form(layer_path=None, as_dir=True, extra=None):
+    """`docker save` of Docker 25+: index.json + oci-layout + blobs/ plus a manifest.json naming blobs."""
+    def b(c):
+        files, man = hg.oci_files(Image(compress="none"))
+        lay = "blobs/sha256/" + man["layers"][0]["digest"][7:]
+        cfg = "blobs/sha256/" + man["config"]["digest"][7:]
+        target = layer_path(c) if layer_path else lay
+        files["manifest.json"] = json.dumps([{"Config": cfg, "RepoTags": ["t:1"], "Layers": [target]}]).encode()
+        if extra:
+            extra(c, files)
+        if as_dir:
+            d = c.inp / "saved"
+            d.mkdir()
+            hg.write_tree(str(d), files)
+            return {"src": "docker-archive:" + str(d)}
+        p = c.inp / "saved.tar"
+        p.write_bytes(hg.tar_bytes([E(n, data=v) for n, v in files.items()], fmt=tarfile.GNU_FORMAT))
+        return {"src": "docker-archive:" + str(p)}
+    return b
+
+
+add("more", "docker-save-oci-form-legit-tar", _da_oci_form(as_dir=False), "ok", has_file(f"{PKG}/mod.py"))
+add("more", "docker-save-oci-form-layer-up-to-host", _da_oci_form(
+    lambda c: "blobs/sha256/../../../../host/layer.tar"), "fail")
+add("more", "docker-save-oci-form-layer-blobs-dotdot", _da_oci_form(
+    lambda c: "blobs/../../../host/layer.tar", as_dir=False), "fail")
+
+
+def _fifo_blob(which):
+    def b(c):
+        src = oci(c)
+        files, man = hg.oci_files(Image())
+        if which == "layer":
+            p = c.inp / "oci" / "blobs" / "sha256" / man["layers"][0]["digest"][7:]
+        elif which == "config":
+            p = c.inp / "oci" / "blobs" / "sha256" / man["config"]["digest"][7:]
+        else:
+            p = c.inp / "oci" / "index.json"
+        p.unlink()
+        os.mkfifo(p)
+        return {"src": src}
+    return b
+
+
+for w in ("layer", "config", "index"):
+    add("more", f"oci-{w}-is-a-fifo", _fifo_blob(w), "fail")
+
+
+def _blob_dev_zero(c):
+    src = oci(c)
+    files, man = hg.oci_files(Image())
+    p = c.inp / "oci" / "blobs" / "sha256" / man["layers"][0]["digest"][7:]
+    p.unlink()
+    p.symlink_to("/dev/zero")
+    return {"src": src}
+
+
+add("more", "oci-layer-blob-symlink-to-dev-zero", _blob_dev_zero, "fail")
+
+
+def _da_dir_layer_dev_zero(c):
+    folder = c.inp / "imgdir"
+    src = hg.docker_archive(str(folder), Image(), as_dir=True, layer_names=["l/layer.tar"])
+    (folder / "l" / "layer.tar").unlink()
+    (folder / "l" / "layer.tar").symlink_to("/dev/zero")
+    return {"src": src}
+
+
+add("more", "docker-archive-folder-layer-is-dev-zero", _da_dir_layer_dev_zero, "fail")
+add("more", "wheel-data-purelib-traversal", _wh(members=lambda c: hg.wheel_members(extra=[
+    (f"{PKG}-1.0.data/purelib/../../../../evil.py", b"x=1\n")])), "fail")
+add("more", "wheel-data-purelib-pkg-file-legit", _wh(members=lambda c: hg.wheel_members(extra=[
+    (f"{PKG}-1.0.data/purelib/{PKG}/extra.py", b"E = 1\n")])), "any")
+add("more", "zip-eocd-entry-count-lie", _wh(patch=lambda r: r[:-12] + I16(65535) + I16(65535) + r[-8:]), "any")
+add("more", "zip-comment-with-fake-eocd", _wh(patch=lambda r: r[:-2] + I16(22 + 100) + b"PK\x05\x06" + b"\0" * 18
+                                              + b"z" * 100), "any")
+
+
+def _ansi_name(c):
+    return {"src": img(c, [layer([E(P("\x1b]0;pwned\x07\x1b[2Jx.py"), data=b"a=1\n")])], "da"), "loud": True}
+
+
+def _ansi_version(c):
+    meta = f"Metadata-Version: 2.1\nName: {PKG}\nVersion: 1.0\x1b]0;pwned\x07\x1b[31m\n\n".encode()
+    return {"src": img(c, [layer([E(f"{SITE}/{PKG}-1.0.dist-info/METADATA", data=meta)])], "da"), "loud": True,
+            "noname": True}
+
+
+def _no_escapes(c, rc, so, se):
+    return ["terminal escape sequence from the input printed: " + repr((so + se)[(so + se).find("\x1b"):][:40])] \
+        if "\x1b" in so + se else []
+
+
+add("more", "ansi-escape-in-file-name", lambda c: dict(_ansi_name(c), post=_no_escapes), "any")
+add("more", "ansi-escape-in-version", lambda c: dict(_ansi_version(c), post=_no_escapes), "any")
+
+
 # ============================================================================ READ: kept links read back by other verbs
 
 
@@ -2008,6 +2110,72 @@ def test_snapshot_hostile(cs: Case, tmp_path: Path) -> None:
 def test_corpus_size() -> None:
     assert len(CASES) >= 150, len(CASES)
     assert len(RUN_CASES) >= 20, len(RUN_CASES)
+
+
+# ============================================================================ FILES: other untrusted files (server logs, model configs)
+LOGLINE = "(APIServer pid=1) INFO 06-11 08:02:17 [api_utils.py:327] vLLM server version 0.29.0, serving model /m\n"
+OTHER = {
+    "logs-ansi-escapes": lambda c, snap: ["logs", _w(c, "a.log", LOGLINE + "(APIServer pid=1) ERROR 06-11 08:02:18 "
+                                          "[x.py:1] boom \x1b]0;pwned\x07\x1b[2J\x1b[31mred\n")],
+    "logs-20MiB-single-line": lambda c, snap: ["logs", _w(c, "b.log", LOGLINE + "(APIServer pid=1) INFO 06-11 "
+                                               "08:02:18 [x.py:1] " + "y" * (20 << 20) + "\n")],
+    "logs-binary-garbage": lambda c, snap: ["logs", _w(c, "c.log", os.urandom(1 << 20))],
+    "logs-20k-startup-lines-20s": lambda c, snap: ["logs", _w(c, "d.log", LOGLINE * 20000)],
+    "logs-100k-ordinary-lines-20s": lambda c, snap: ["logs", _w(c, "e.log", LOGLINE + "(APIServer pid=1) INFO 06-11 "
+                                                     "08:02:26 [model.py:1750] Using max model len 272000\n" * 100000)],
+    "run-config-nested-10000": lambda c, snap: ["run", str(snap), f"{PKG}.evil:getuid", "--config",
+                                               _w(c, "config.json", hg.nested_json(10000, "obj")), *_RUNARGS(c)],
+    "run-config-not-json": lambda c, snap: ["run", str(snap), f"{PKG}.evil:getuid", "--config",
+                                           _w(c, "config.json", b"{nope"), *_RUNARGS(c)],
+    "run-config-a-list": lambda c, snap: ["run", str(snap), f"{PKG}.evil:getuid", "--config",
+                                         _w(c, "config.json", b"[1, 2]"), *_RUNARGS(c)],
+    "run-config-50MiB": lambda c, snap: ["run", str(snap), f"{PKG}.evil:getuid", "--config",
+                                        _w(c, "config.json", json.dumps({"a": "z" * (50 << 20)})), *_RUNARGS(c)],
+    "run-config-symlink-to-etc-shadow": lambda c, snap: ["run", str(snap), f"{PKG}.evil:getuid", "--config",
+                                                        _l(c, "config.json", "/etc/shadow"), *_RUNARGS(c)],
+}
+
+
+def _w(c: Ctx, name: str, data) -> str:
+    p = c.inp / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode(errors="surrogateescape"))
+    return str(p)
+
+
+def _l(c: Ctx, name: str, target: str) -> str:
+    p = c.inp / name
+    p.symlink_to(target)
+    return str(p)
+
+
+def _RUNARGS(c: Ctx) -> list[str]:  # noqa: N802
+    return ["--json", "--arg", "host=" + json.dumps(c.H), "--arg", "token=" + json.dumps(c.token), "--arg",
+            'snap="x"', "--arg", "port=1", "--arg", 'home="/root"']
+
+
+@pytest.mark.parametrize("oid", list(OTHER), ids=list(OTHER))
+def test_other_untrusted_files(oid: str, run_snapshot: Path, tmp_path: Path) -> None:
+    c = fresh_ctx(tmp_path)
+    args = OTHER[oid](c, run_snapshot)
+    host_before = tree_state(c.host)
+    limit = 20 if oid.endswith("-20s") else 60
+    rc, so, se, dt = run_cli(args, c.cwd, base_env(c), timeout=limit)
+    problems: list[str] = []
+    if rc is None:
+        problems.append(f"no exit within {limit} s")
+    elif rc < 0 or rc not in OK_CODES | {6}:
+        problems.append(f"exit status {rc}")
+    check_error_output(rc, se, problems)
+    if "\x1b" in so + se:
+        problems.append("terminal escape sequence from the input printed: "
+                        + repr((so + se)[(so + se).find("\x1b"):][:40]))
+    shadow = Path("/etc/shadow").read_text().splitlines()[0]
+    if shadow in so + se:
+        problems.append("/etc/shadow bytes printed")
+    problems += [f"HOST CHANGED: {d}" for d in diff_state(host_before, tree_state(c.host))]
+    log_result("files-" + oid, rc, se, problems)
+    first = " | ".join([ln for ln in se.splitlines() if ln.strip()][:2])[:300]
+    assert not problems, f"rc={rc} t={dt:.1f}s stderr: {first!r}\n  - " + "\n  - ".join(problems)
 
 
 # ============================================================================ RUN: untrusted code under `recon run`
