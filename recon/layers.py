@@ -67,6 +67,7 @@ class Captured:
     sha256: str | None
     layer: int
     target: str | None = None
+    outside: bool = False  # a symlink that leaves the package (see link_stays_inside): never kept
 
 
 @dataclass
@@ -159,8 +160,8 @@ class Hider:
         self._chars = 0
 
     def hides(self, name: str) -> bool:
-        if hash(name) in self.paths or name in self.whiteouts:
-            return True
+        if hash(name) in self.paths or name in self.whiteouts or "" in self.opaques:
+            return True  # ("" is the image root: an opaque marker there hides every lower layer)
         folder = name.rpartition("/")[0]
         return bool(folder) and self._folder_hidden(folder)
 
@@ -452,8 +453,11 @@ class Squasher:
             return  # an upper layer hides it: never written
         out = self.writer
         if entry.kind == SYMLINK:
+            # written even when it points out: the staged tree must refuse entries through it;
+            # the snapshotter lists such a link as skipped and removes it before the move
             out.symlink(name, entry.linkname or "", where=where)
-            scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname)
+            scan.captured[name] = Captured(name, "symlink", 0, None, layer.index, entry.linkname,
+                                           outside=not link_stays_inside(rest, entry.linkname or ""))
             return
         if entry.kind == HARDLINK:
             target = clean_relpath(entry.linkname or "", where=where)
@@ -576,6 +580,29 @@ class Squasher:
         cap = scan.captured.get(name)
         if cap is not None:
             res.captured[name] = cap
+
+
+def link_stays_inside(rest: str, target: str) -> bool:
+    """Whether a link at ``rest`` (``pkg/...``, relative to its site folder) stays inside ``pkg``
+    however it is resolved, on the host as in the image.
+
+    Only such links are kept in a snapshot; the others are listed (with their
+    target) as skipped, so no later reader of the snapshot (index, slicer,
+    run) can follow one to a host file. The rule is lexical and needs
+    no other entry: the target is relative, its ``..`` come first (they climb
+    the link's own folders, which the writer made as real folders, never
+    links) and do not climb out of ``pkg``; what follows only descends, so
+    another link reached on the way obeys the same rule.
+    """
+    if not target or target.startswith("/"):
+        return False
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    if ".." in parts[ups:]:
+        return False
+    return rest.count("/") - ups >= 1
 
 
 # --- virtual symlink resolution ------------------------------------------------

@@ -101,6 +101,7 @@ class _Found:
     files: dict[str, Any]
     skipped: dict[str, Any]
     version: str | None
+    dropped: list[str]  # links out of the package: in the staged tree, never in the snapshot
 
 
 def take_snapshot(source: str, *, name: str | None = None, out: str | Path | None = None,
@@ -175,21 +176,29 @@ def _squash(image: Image, writer: TreeWriter, *, packages: list[str], package: s
     interp = interpreter(scan, image.config, python)
     chosen, others = choose(copies, interp)
     dists = distributions(scan)
-    files, skipped, version_src = _records(scan, chosen, writer)
+    files, skipped, version_src, dropped = _records(scan, chosen, writer)
     version = package_version(scan, chosen, dists, version_src)
-    return _Found(scan, chosen, others, interp, dists, files, skipped, version)
+    return _Found(scan, chosen, others, interp, dists, files, skipped, version, dropped)
 
 
 def _records(scan: ScanResult, chosen: Copy, writer: TreeWriter
-             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes | None]]:
-    """The manifest's file and skipped records of the chosen copy, and its version-bearing sources."""
+             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes | None], list[str]]:
+    """The manifest's file and skipped records of the chosen copy, its version-bearing sources,
+    and the links that leave the package (listed as skipped, removed before the move)."""
     prefix = chosen.path + "/"
     files: dict[str, Any] = {}
     version_src: dict[str, bytes | None] = {}
+    outside: dict[str, Any] = {}
+    dropped = []
     for path, cap in sorted(scan.captured.items()):
         if not path.startswith(prefix):
             continue
         rel = f"{chosen.package}/{path[len(prefix):]}"
+        if cap.outside:
+            outside[rel] = {"size": 0, "layer": cap.layer, "kind": "symlink", "target": cap.target,
+                            "reason": "points outside the package"}
+            dropped.append(path)
+            continue
         rec: dict[str, Any] = {"kind": cap.kind, "size": cap.size, "layer": cap.layer}
         if cap.sha256:
             rec["sha256"] = cap.sha256
@@ -203,13 +212,14 @@ def _records(scan: ScanResult, chosen: Copy, writer: TreeWriter
                 fh.close()
     skipped = {f"{chosen.package}/{p[len(prefix):]}": v for p, v in sorted(scan.skipped.items())
                if p.startswith(prefix)}
-    return files, skipped, version_src
+    return files, dict(sorted({**skipped, **outside}.items())), version_src, dropped
 
 
 def _move_copy(writer: TreeWriter, wfd: int, found: _Found, base_dir: Path) -> None:
     """Move the chosen copy's folder to ``src/<package>``, inside the staging folder only.
 
-    The copy is resolved with the image's symlinks first: a path that goes
+    Links that leave the package are removed first (they are listed as
+    skipped). The copy is resolved with the image's symlinks: a path that goes
     through one of them is refused (the squash never writes through a link,
     so its files cannot be there). The rename itself opens every folder of
     the path with ``O_NOFOLLOW`` from the tree's root (:meth:`TreeWriter.move_dir`).
@@ -224,6 +234,8 @@ def _move_copy(writer: TreeWriter, wfd: int, found: _Found, base_dir: Path) -> N
         os.mkdir("src", 0o755, dir_fd=wfd)
         src_fd = os.open("src", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=wfd)
     try:
+        for path in found.dropped:
+            writer.remove(path)
         writer.move_dir(chosen.path, src_fd, chosen.package)
     finally:
         os.close(src_fd)

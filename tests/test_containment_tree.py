@@ -95,8 +95,12 @@ def test_a_package_root_through_a_link_moves_no_host_folder(tmp_path: Path, host
     snap = take_snapshot(f"docker-archive:{_link_image(tmp_path, host, '1.0')}", out=out)
     assert snap.version == "1.0"
     assert snap.manifest["package"]["real_path"] == f"/{V}"
-    assert set(snap.files) == {"vllm/__init__.py", "vllm/sub/keep.py", "vllm/link"}
-    assert os.readlink(snap.src / "vllm/link") == str(host)
+    assert set(snap.files) == {"vllm/__init__.py", "vllm/sub/keep.py"}
+    # a link out of the package is listed, never written: no later reader can follow it
+    assert snap.manifest["skipped"] == {"vllm/link": {"size": 0, "layer": 1, "kind": "symlink",
+                                                      "target": str(host),
+                                                      "reason": "points outside the package"}}
+    assert not os.path.lexists(snap.src / "vllm/link")
     assert [p.name for p in out.iterdir()] == [snap.name]
 
 
@@ -139,6 +143,24 @@ def test_moving_a_folder_never_goes_through_a_link(tmp_path: Path, host: Path) -
         finally:
             os.close(fd)
     assert (dst / "vllm/__init__.py").is_file()
+
+
+@pytest.mark.parametrize(("target", "kept"), [
+    ("sub/keep.py", True), ("../sub/keep.py", True), ("..", True), (".", True), ("../..", False),
+    ("../../x", False), ("../../vllm/sub/keep.py", False),
+    ("sub/../../x", False), ("/usr/local/lib/python3.12/site-packages/vllm/sub/keep.py", False),
+    ("sub/./keep.py", True),
+])
+def test_only_links_that_stay_inside_the_package_are_written(tmp_path: Path, target: str,
+                                                             kept: bool) -> None:
+    """vllm/a/l -> TARGET. Absolute targets are host paths once written; ``..`` after a name can
+    climb out through a link (``sub/../..``); ``..`` first climbs real folders only."""
+    top = LayerBuilder(tmp_path / "l1.tar").symlink(f"{V}/a/l", target).file(f"{V}/a/x.py", b"")
+    snap = take_snapshot(f"docker-archive:{_archive(tmp_path, _base(tmp_path), top)}", out=tmp_path / "o")
+    assert ("vllm/a/l" in snap.files) is kept and ("vllm/a/l" in snap.manifest["skipped"]) is not kept
+    assert os.path.lexists(snap.src / "vllm/a/l") is kept
+    if kept:
+        assert os.readlink(snap.src / "vllm/a/l") == target
 
 
 def test_removal_never_follows_a_link_and_survives_any_depth(tmp_path: Path, host: Path) -> None:
@@ -487,3 +509,10 @@ def test_a_link_replacing_the_package_folder_finds_no_host_files(tmp_path: Path,
     with pytest.raises(PackageNotFound):
         take_snapshot(f"docker-archive:{_archive(tmp_path, top)}", out=out)
     assert _empty(out)
+
+
+def test_an_opaque_marker_at_the_image_root_hides_every_lower_layer(tmp_path: Path) -> None:
+    """``.wh..wh..opq`` at the top of a layer makes the root opaque (umoci empties the root)."""
+    top = LayerBuilder(tmp_path / "l1.tar").file(".wh..wh..opq", b"").file("usr/local/bin/python3", b"#!\n")
+    with pytest.raises(PackageNotFound):
+        take_snapshot(f"docker-archive:{_archive(tmp_path, _base(tmp_path), top)}", out=tmp_path / "o")
