@@ -15,6 +15,7 @@ subprocess (4 GiB address-space limit, 60 s timeout) and checks:
 (f) bounded time and memory.
 
 `recon run` of untrusted code gets its own smaller corpus at the end.
+(MARKER: this line proves the work tree was read)
 """
 
 from __future__ import annotations
@@ -2571,6 +2572,20 @@ def leaked_fds(host, token, snap, port, home):
     return found
 
 
+def read_work_tree(host, token, snap, port, home):
+    return open(home).read()
+
+
+def fork_after_defeat(host, token, snap, port, home):
+    _defeat_guard()
+    return fork_bomb(host, token, snap, port, home)
+
+
+def setsid_after_defeat(host, token, snap, port, home):
+    _defeat_guard()
+    return setsid_double_fork(host, token, snap, port, home)
+
+
 def forge_report(host, token, snap, port, home):
     import json, os
     forged = json.dumps({"ok": True, "value": "FORGED", "error": None, "refused": [], "stdout": "", "stderr": ""})
@@ -2633,6 +2648,10 @@ RUN_CASES: list[tuple[str, dict]] = [
     ("forge-result-report", {"fn": "forge_report", "no_value": "FORGED"}),
     ("write-through-inherited-dir-fds", {"fn": "leaked_fds", "fds": True}),
     ("kill-a-host-process", {"fn": "kill_sleeper", "sleeper": True}),
+    ("read-a-file-of-the-work-tree", {"fn": "read_work_tree", "home_arg": str(Path(__file__).resolve()),
+                                      "secret": "worktree"}),
+    ("fork-64-after-defeating-guard", {"fn": "fork_after_defeat", "late": True}),
+    ("setsid-daemon-after-defeating-guard", {"fn": "setsid_after_defeat", "late": True}),
     ("patch-guard-code-then-write", {"fn": "patch_guard_then_write"}),
     ("ctypes-libc-open-write-unlink", {"fn": "ctypes_open_write"}),
     ("report-files-replaced-by-links-to-host-secret", {"fn": "report_symlink", "secret": "token"}),
@@ -2691,7 +2710,8 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
     args = ["run", str(run_snapshot), f"{PKG}.evil:{spec['fn']}", "--json",
             "--arg", "host=" + json.dumps(c.H), "--arg", "token=" + json.dumps(c.token),
             "--arg", "snap=" + json.dumps(str(run_snapshot)), "--arg", f"port={port}",
-            "--arg", "home=" + json.dumps(str(home))] + spec.get("args", ["--timeout", "15", "--memory", "1024"])
+            "--arg", "home=" + json.dumps(spec.get("home_arg", str(home)))] + spec.get(
+                "args", ["--timeout", "15", "--memory", "1024"])
     host_before = tree_state(c.host)
     if spec.get("tmpdir_0700"):
         scratch = c.root / "tmp"  # under pytest's 0700 folder, like a TMPDIR under $HOME
@@ -2737,6 +2757,8 @@ def test_run_untrusted(rid: str, spec: dict, run_snapshot: Path, tmp_path: Path)
             problems.append("the parent's environment secret reached the untrusted code")
         elif secret == "token" and f"secret {c.token}" in both:
             problems.append("a host file under /tmp was read by the untrusted code")
+        elif secret == "worktree" and "MARKER: this line proves the work tree was read" in both:
+            problems.append("a file of the host's work tree (/work/...) was read by the untrusted code")
         elif secret == "home" and f"homesecret{c.token}" in both:
             problems.append("a file in $HOME was read by the untrusted code")
         if spec.get("uid") and rc == 0 and ok:
