@@ -45,7 +45,7 @@ from recon.errors import ReconError
 from recon.snapshotter import take_snapshot
 from tests.imagekit import SITE, LayerBuilder, tar_folder, write_oci
 
-SEED = 20261201
+SEED = int(os.environ.get("RECON_FUZZ_SEED", "20261201"))
 PER_KIND = int(os.environ.get("RECON_FUZZ_PER_KIND", "450"))
 WORKERS = 2
 MEMORY_CAP = 3 << 30  # address space of a worker (Python, two read-ahead threads, zstd)
@@ -53,6 +53,11 @@ ALARM_S = 15  # a mutant running longer than this is a hang
 SLOW_S = 5.0  # ... and one longer than this is too slow
 _BIG_TAR = (b"77777777777\0", b"\x80" + b"\xff" * 11, b"\xff" * 12, b"\x80\0\0\0\0\0\0\x01\0\0\0\0",
             b"00000000000\0", b"            ", b"-1\0\0\0\0\0\0\0\0\0\0")
+_NAMES = (b"", b"/", b".", b"..", b"../../../x", b"/etc/passwd", b"./" * 40, b"a/" * 49 + b"x",
+          SITE.encode() + b"/vllm", SITE.encode() + b"/vllm/", SITE.encode() + b"/vllm/__init__.py",
+          SITE.encode() + b"/vllm/../vllm/envs.py", SITE.encode() + b"/vllm/.wh..wh..opq",
+          SITE.encode() + b"/.wh.vllm", b"usr/local/bin/python3", b"x" * 99, b"\xff\xfe")
+_FLAGS = b"0125346 7xgLKSV"
 _BIG_ZIP = (b"\xff\xff\xff\xff", b"\0\0\0\x80", b"\xff\xff", b"\0\0\0\0")
 
 
@@ -144,6 +149,31 @@ def _header_offsets(data: bytes) -> list[int]:
     return out
 
 
+def _fix_checksum(data: bytearray, at: int) -> None:
+    block = data[at:at + 512]
+    if len(block) == 512:
+        chk = sum(block[:148]) + 256 + sum(block[156:])
+        data[at + 148:at + 156] = b"%06o\0 " % (chk & 0o777777)
+
+
+def _rewrite_header(rng: random.Random, data: bytearray) -> None:
+    """A tar header's name, link target or type replaced by a hostile one, its checksum fixed:
+    what reaches the squash and the writer (duplicates, links, markers, traversal, kinds)."""
+    heads = [h for h in _header_offsets(bytes(data)) if data[h:h + 2] != b"PK"]
+    if not heads:
+        data[rng.randrange(len(data))] ^= 0x20
+        return
+    at = rng.choice(heads)
+    field = rng.randrange(3)
+    if field == 0:
+        data[at:at + 100] = rng.choice(_NAMES)[:100].ljust(100, b"\0")
+    elif field == 1:
+        data[at + 156] = rng.choice(_FLAGS)
+    else:
+        data[at + 157:at + 257] = rng.choice(_NAMES)[:100].ljust(100, b"\0")
+    _fix_checksum(data, at)
+
+
 def _big_number(rng: random.Random, data: bytearray) -> None:
     """A big (or negative, or blank) number in a header field, the tar checksum fixed after."""
     heads = _header_offsets(bytes(data))
@@ -159,10 +189,7 @@ def _big_number(rng: random.Random, data: bytearray) -> None:
     field = rng.choice((124, 124, 124, 100, 0, 157, 345))
     value = rng.choice(_BIG_TAR)
     data[at + field:at + field + len(value)] = value
-    block = data[at:at + 512]
-    if len(block) == 512:
-        chk = sum(block[:148]) + 256 + sum(block[156:])
-        data[at + 148:at + 156] = b"%06o\0 " % (chk & 0o777777)
+    _fix_checksum(data, at)
 
 
 def mutate(seed: bytes, kind: str, index: int) -> bytes:
@@ -170,7 +197,7 @@ def mutate(seed: bytes, kind: str, index: int) -> bytes:
     rng = random.Random(f"{SEED}/{kind}/{index}")
     data = bytearray(seed)
     for _ in range(rng.choice((1, 1, 2, 3))):
-        op = rng.randrange(7)
+        op = rng.randrange(9)
         n = len(data)
         if n == 0:
             break
@@ -189,8 +216,10 @@ def mutate(seed: bytes, kind: str, index: int) -> bytes:
             data[pos:pos + len(chunk)] = chunk
         elif op == 5:
             del data[pos:]
-        else:
+        elif op == 6:
             _big_number(rng, data)
+        else:
+            _rewrite_header(rng, data)
     return bytes(data)
 
 
