@@ -432,6 +432,16 @@ def _capturing():
 
 
 # -- the hooks the instrumented code calls ---------------------------------------
+def _untrace(exc):
+    """Drop the runtime's frames from ``exc``'s traceback before it is re-raised. From
+    3.11 a bare ``raise`` uses ``exc.__traceback__``: none is left. On 3.10 it re-raises
+    the traceback held by the handler, whose first entry (this hook) cannot go."""
+    tb = exc.__traceback__
+    if tb is not None:
+        tb.tb_next = None
+    exc.__traceback__ = None
+
+
 def _gate(k):
     """First statement of every call of a probed function: decide whether to log it.
 
@@ -455,7 +465,7 @@ def _gate(k):
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
-        exc.__traceback__ = None
+        _untrace(exc)
         raise
 
 
@@ -477,7 +487,7 @@ def _enter(k):
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
-        exc.__traceback__ = None
+        _untrace(exc)
         raise
 
 
@@ -505,7 +515,7 @@ def _ret(k, value):
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
-        exc.__traceback__ = None
+        _untrace(exc)
         raise
     return value
 
@@ -517,7 +527,7 @@ def _exc(k):
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
-        exc.__traceback__ = None
+        _untrace(exc)
         raise
 
 
