@@ -1,0 +1,544 @@
+"""The sandboxed side of engine mode: import the release for real and let it decide.
+
+This file runs inside the OS sandbox (``recon.slicing.sandbox``) as a script,
+under the release's own environment (``recon.engine.env``), with the
+snapshot's source folder first on ``sys.path``. It depends on the standard
+library only, so it can be imported and unit-tested outside the sandbox too.
+
+What it replaces, and nothing else (every replacement is reported):
+
+* the compiled extension modules the snapshot lists but does not hold
+  (``vllm._C`` ...): empty modules, through a meta-path finder;
+* the device: ``current_platform`` is a subclass of the release's own CUDA
+  (or ROCm) platform class that answers name, capability, memory and count
+  for the declared GPU; everything else of the platform is the release's;
+* the distributed process groups, when the release must build the model's
+  layers before it decides the block size: single-rank views of groups of the
+  configured sizes (the layers read their sizes and rank, nothing else).
+
+The command line goes through the release's own ``vllm serve`` parser, the
+config through ``from_cli_args`` and ``create_engine_config``; numbers are
+read from the objects the release built and from the log records it emitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import io
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: log templates whose first argument is a number the engine printed (key, template prefix)
+LOGGED = (("attention_block_size_logged", "Setting attention block size to"),
+          ("mamba_padding_pct", "Padding mamba page size by"),
+          ("kv_block_size_logged", "Setting kv cache block size to"))
+
+
+class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers imports of the listed compiled modules with empty modules, recording each."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = set(names)
+        self.hits: list[str] = []
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.names:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=False)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        self.hits.append(spec.name)
+        return types.ModuleType(spec.name, "recon engine mode: compiled extension replaced")
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+class LogRecords(logging.Handler):
+    """Keeps the release's own log records (template, arguments, rendered line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            args = record.args if isinstance(record.args, tuple) else ()
+            self.records.append({"logger": record.name, "level": record.levelname,
+                                 "template": str(record.msg), "args": [jsonable(a) for a in args],
+                                 "message": record.getMessage()[:2000]})
+
+    def numbers(self) -> dict[str, Any]:
+        """The numbers of :data:`LOGGED` templates, last emission wins (as in the log)."""
+        out: dict[str, Any] = {}
+        for rec in self.records:
+            for key, prefix in LOGGED:
+                if rec["template"].startswith(prefix) and rec["args"]:
+                    out[key] = rec["args"][0]
+        return out
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe form: numbers stay numbers, enums their name, the rest ``str``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return [jsonable(v) for v in items]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and type(value).__module__ != "builtins":
+        return name
+    return str(value)
+
+
+class Provenance:
+    """The snapshot's functions that ran (code objects seen on ``call``), via ``sys.setprofile``.
+
+    A profile hook sees calls only (not lines), which keeps the cost low; it is
+    installed after the imports, so module bodies are not counted.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/") + "/"
+        self.codes: set[types.CodeType] = set()
+
+    def _hook(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.codes.add(frame.f_code)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        sys.setprofile(self._hook)
+        try:
+            yield
+        finally:
+            sys.setprofile(None)
+
+    def functions(self) -> list[dict[str, Any]]:
+        out = []
+        for code in self.codes:
+            if not code.co_filename.startswith(self.root) or code.co_name == "<module>":
+                continue
+            lines = [ln for _, _, ln in code.co_lines() if ln is not None]
+            out.append({"file": code.co_filename[len(self.root):],
+                        "qualname": getattr(code, "co_qualname", code.co_name),
+                        "first_line": code.co_firstlineno,
+                        "last_line": max(lines, default=code.co_firstlineno)})
+        return sorted(out, key=lambda f: (f["file"], f["first_line"]))
+
+
+def _gpu_methods(gpu: dict[str, Any], capability: Callable[..., Any]) -> dict[str, Any]:
+    """Device queries of the declared GPU, as classmethods for the platform subclass."""
+
+    def get_device_capability(cls: Any, device_id: int = 0) -> Any:
+        return capability(major=gpu["major"], minor=gpu["minor"])
+
+    def has_device_capability(cls: Any, capability_: Any, device_id: int = 0) -> bool:
+        if isinstance(capability_, tuple):
+            return (gpu["major"], gpu["minor"]) >= tuple(capability_)
+        return gpu["major"] * 10 + gpu["minor"] >= capability_
+
+    def is_device_capability(cls: Any, capability_: Any, device_id: int = 0) -> bool:
+        if isinstance(capability_, tuple):
+            return (gpu["major"], gpu["minor"]) == tuple(capability_)
+        return gpu["major"] * 10 + gpu["minor"] == capability_
+
+    def get_device_name(cls: Any, device_id: int = 0) -> str:
+        return str(gpu["name"])
+
+    def get_device_total_memory(cls: Any, device_id: int = 0) -> int:
+        return int(gpu["memory_bytes"])
+
+    def device_count(cls: Any) -> int:
+        return int(gpu["count"])
+
+    def get_device_uuid(cls: Any, device_id: int = 0) -> str:
+        return f"GPU-recon-virtual-{device_id}"
+
+    def is_fully_connected(cls: Any, physical_device_ids: Any) -> bool:
+        return True
+
+    funcs = (get_device_capability, has_device_capability, is_device_capability,
+             get_device_name, get_device_total_memory, device_count, get_device_uuid,
+             is_fully_connected)
+    return {f.__name__: classmethod(f) for f in funcs}
+
+
+def virtual_platform(gpu: dict[str, Any]) -> Any:
+    """An instance of a subclass of the release's own platform class for ``gpu``."""
+    interface = importlib.import_module("vllm.platforms.interface")
+    if gpu.get("platform") == "rocm":
+        base = importlib.import_module("vllm.platforms.rocm").RocmPlatform
+    else:
+        cuda = importlib.import_module("vllm.platforms.cuda")
+        base = getattr(cuda, "CudaPlatform", None) or cuda.CudaPlatformBase
+    methods = {name: fn for name, fn in _gpu_methods(gpu, interface.DeviceCapability).items()
+               if hasattr(base, name)}
+    cls = type(f"ReconVirtual{base.__name__}", (base,), methods)
+    platforms = importlib.import_module("vllm.platforms")
+    instance = cls()
+    platforms._current_platform = instance  # type: ignore[attr-defined]
+    return instance
+
+
+def _find(modules: tuple[str, ...], attr: str) -> Any:
+    """The first of ``modules`` that defines ``attr`` (releases move things)."""
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            mod = importlib.import_module(name)
+            if hasattr(mod, attr):
+                return getattr(mod, attr)
+    raise LookupError(f"{attr} not found in {', '.join(modules)}")
+
+
+class UsageError(Exception):
+    """The release's parser refused the command line (argparse exit status and message)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_serve(argv: list[str]) -> Any:
+    """``vllm serve ARGV`` through the release's own serve parser; the namespace."""
+    parser_cls = _find(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
+    serve = importlib.import_module("vllm.entrypoints.cli.serve").ServeSubcommand()
+    top = parser_cls(prog="vllm")
+    subparsers = top.add_subparsers(required=False, dest="subparser")
+    serve.subparser_init(subparsers)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = top.parse_args(["serve", *argv])
+    except SystemExit as exc:
+        raise UsageError(int(exc.code or 0) if not isinstance(exc.code, str) else 2,
+                         err.getvalue().strip()) from None
+    if getattr(args, "model_tag", None) is not None:
+        args.model = args.model_tag
+    return args
+
+
+def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, Any]]:
+    """The release's ``VllmConfig`` for the parsed command, on the scratch model folder."""
+    arg_utils = importlib.import_module("vllm.engine.arg_utils")
+    usage_lib = importlib.import_module("vllm.usage.usage_lib")
+    given = {"model": getattr(args, "model", None), "tokenizer": getattr(args, "tokenizer", None),
+             "load_format": getattr(args, "load_format", None)}
+    args.model = model_dir
+    args.tokenizer = None
+    args.skip_tokenizer_init = True
+    args.load_format = "dummy"
+    if usage == "llm":
+        engine_args, context = arg_utils.EngineArgs.from_cli_args(args), "LLM_CLASS"
+    else:
+        engine_args = arg_utils.AsyncEngineArgs.from_cli_args(args)
+        context = "OPENAI_API_SERVER"
+    config = engine_args.create_engine_config(usage_context=getattr(usage_lib.UsageContext,
+                                                                    context))
+    return config, {"usage_context": context, "replaced_args": given}
+
+
+class SingleRankGroup:
+    """Rank 0's view of a process group of ``world_size`` ranks (no communication).
+
+    Model layers read a group's size and this rank's position while they are
+    built (heads per rank, experts per rank); a collective is never needed for
+    that, so any other attribute is an explicit error naming it.
+    """
+
+    def __init__(self, name: str, world_size: int) -> None:
+        self.unique_name = name
+        self.world_size = world_size
+        self.rank_in_group = 0
+        self.rank = 0
+        self.local_rank = 0
+        self.ranks = list(range(world_size))
+        self.is_first_rank = True
+        self.is_last_rank = world_size == 1
+        self.use_custom_op_call = False
+        self.device_group = None
+        self.cpu_group = None
+        self.device_communicator = None
+
+    def __getattr__(self, item: str) -> Any:
+        raise RuntimeError(f"recon engine mode: process group {self.unique_name!r} "
+                           f"has no {item!r} (no communication in engine mode)")
+
+
+def group_sizes(parallel: Any) -> dict[str, int]:
+    """Group name (``parallel_state`` global) -> size, from the release's ParallelConfig."""
+    def size(attr: str) -> int:
+        return int(getattr(parallel, attr, 1) or 1)
+
+    tp, pp, dp = size("tensor_parallel_size"), size("pipeline_parallel_size"), \
+        size("data_parallel_size")
+    ep = tp * dp * size("prefill_context_parallel_size")
+    return {"_WORLD": tp * pp, "_TP": tp, "_PP": pp, "_DP": dp,
+            "_DCP": size("decode_context_parallel_size"),
+            "_PCP": size("prefill_context_parallel_size"),
+            "_EP": ep if getattr(parallel, "enable_expert_parallel", False) else ep,
+            "_EPLB": ep, "_ETP": 1, "_INNER_DP_WORLD": tp * pp}
+
+
+def install_groups(parallel: Any) -> list[str]:
+    """Set the release's unset group globals to single-rank views; the names set."""
+    state = importlib.import_module("vllm.distributed.parallel_state")
+    sizes = group_sizes(parallel)
+    done = []
+    for name, value in vars(state).copy().items():
+        if name.startswith("_") and name.isupper() and value is None and name in sizes:
+            setattr(state, name, SingleRankGroup(name.strip("_").lower(), sizes[name]))
+            done.append(name)
+    return done
+
+
+def build_layers(config: Any) -> dict[str, Any]:
+    """The model's layers on the meta device (no memory), as the worker's load_model does.
+
+    Attention layers register themselves in the config's static forward
+    context; that is what the release reads to pick backends and block sizes.
+    """
+    import torch  # the installed CPU torch
+
+    cfg_mod = importlib.import_module("vllm.config")
+    get_arch = _find(("vllm.model_executor.model_loader.utils",
+                      "vllm.model_executor.model_loader"), "get_model_architecture")
+    groups = install_groups(config.parallel_config)
+    model_cls, arch = get_arch(config.model_config)
+    with cfg_mod.set_current_vllm_config(config), torch.device("meta"):
+        model_cls(vllm_config=config, prefix="")
+    layers = config.compilation_config.static_forward_context
+    return {"architecture": arch, "groups": groups, "layers": len(layers)}
+
+
+def backends(config: Any) -> dict[str, str]:
+    """Attention backend per layer class, as the layers the release built report them."""
+    out: dict[str, str] = {}
+    for layer in config.compilation_config.static_forward_context.values():
+        getter = getattr(layer, "get_attn_backend", None)
+        if getter is None:
+            continue
+        with contextlib.suppress(Exception):
+            backend = getter()
+            out.setdefault(type(layer).__name__ + ":" + backend.get_name(), backend.get_name())
+    return dict(sorted(out.items()))
+
+
+def _attr(obj: Any, *names: str) -> Any:
+    for name in names:
+        if obj is not None and hasattr(obj, name):
+            return jsonable(getattr(obj, name))
+    return None
+
+
+def facts(config: Any) -> dict[str, Any]:
+    """The numbers the release decided, read from its own config objects."""
+    cache, sched = config.cache_config, config.scheduler_config
+    comp, model = config.compilation_config, config.model_config
+    spec = getattr(config, "speculative_config", None)
+    return {
+        "attention_block_size": _attr(cache, "block_size"),
+        "mamba_block_size": _attr(cache, "mamba_block_size"),
+        "mamba_page_size_padded": _attr(cache, "mamba_page_size_padded"),
+        "mamba_cache_mode": _attr(cache, "mamba_cache_mode"),
+        "enable_prefix_caching": _attr(cache, "enable_prefix_caching"),
+        "kv_cache_dtype": _attr(cache, "cache_dtype"),
+        "mamba_ssm_cache_dtype": _attr(cache, "mamba_ssm_cache_dtype"),
+        "max_num_seqs": _attr(sched, "max_num_seqs"),
+        "max_num_batched_tokens": _attr(sched, "max_num_batched_tokens"),
+        "max_model_len": _attr(model, "max_model_len"),
+        "is_hybrid": _attr(model, "is_hybrid"),
+        "cudagraph_capture_sizes": _attr(comp, "cudagraph_capture_sizes"),
+        "max_cudagraph_capture_size": _attr(comp, "max_cudagraph_capture_size",
+                                            "max_capture_size"),
+        "cudagraph_mode": _attr(comp, "cudagraph_mode"),
+        "compilation_mode": _attr(comp, "mode", "level"),
+        "tensor_parallel_size": _attr(config.parallel_config, "tensor_parallel_size"),
+        "speculative_method": _attr(spec, "method"),
+        "num_speculative_tokens": _attr(spec, "num_speculative_tokens"),
+        "architecture": (_attr(model, "architectures") or [None])[0],
+    }
+
+
+def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
+    """What the worker does before the KV cache: build the layers, then the block-size update.
+
+    Only where the release has ``update_block_size_for_backend`` (found by
+    looking); older releases decide everything in ``create_engine_config``.
+    """
+    update = getattr(type(platform), "update_block_size_for_backend", None)
+    if update is None:
+        out["block_size_stage"] = "create_engine_config"
+        return
+    out["block_size_stage"] = "worker: update_block_size_for_backend"
+    try:
+        out["layers"] = build_layers(config)
+        update(config)
+    except Exception as err:  # noqa: BLE001 - reported, the caller says it cannot answer
+        out["block_size_stage"] = "create_engine_config (worker phase failed)"
+        out["errors"].append({"stage": "worker_phase", "error": f"{type(err).__name__}: {err}",
+                              "traceback": traceback.format_exc()[-3000:]})
+        return
+    out["attention_backends"] = backends(config)
+
+
+class MissingOps:
+    """Custom ops of the replaced compiled modules (``torch.ops._C.x``): calls return None.
+
+    Only namespaces that start with ``_`` (the release's own libraries, never
+    torch's ``aten``/``prims``) and only ops that are not registered; each name
+    called is recorded and listed in the result.
+    """
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    def install(self) -> None:
+        import torch._ops  # the installed CPU torch
+
+        original = torch._ops._OpNamespace.__getattr__
+        called = self.called
+
+        def getattr_(ns: Any, op_name: str) -> Any:
+            try:
+                return original(ns, op_name)
+            except AttributeError:
+                if not str(ns.name).startswith("_") or op_name.startswith("__"):
+                    raise
+                full = f"torch.ops.{ns.name}.{op_name}"
+
+                def missing(*args: Any, **kwargs: Any) -> None:
+                    called.append(full)
+
+                return missing
+
+        torch._ops._OpNamespace.__getattr__ = getattr_  # type: ignore[method-assign]
+        self._tolerate_fakes(torch)
+
+    def _tolerate_fakes(self, torch: Any) -> None:
+        """``register_fake("_C::op")`` for an op the replaced library never defined: a no-op."""
+        called = self.called
+        for name in ("register_fake", "impl_abstract"):
+            original = getattr(torch.library, name, None)
+            if original is None:
+                continue
+
+            def tolerant(qualname: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                ns, _, op = str(qualname).partition("::")
+                if ns.startswith("_") and op and not _op_exists(torch, ns, op):
+                    called.append(f"torch.library fake of {qualname} (op absent)")
+                    func = args[0] if args and callable(args[0]) else kwargs.get("func")
+                    return func if func is not None else (lambda f: f)
+                return _original(qualname, *args, **kwargs)
+
+            setattr(torch.library, name, tolerant)
+
+
+def _op_exists(torch: Any, ns: str, op: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_kernel(f"{ns}::{op}")) or \
+            torch._C._dispatch_find_schema_or_throw(f"{ns}::{op}", "") is not None
+    except Exception:  # noqa: BLE001 - absent
+        return False
+
+
+def _in_process(fn: Callable[[], Any]) -> Any:
+    """Stands in for the model registry's ``_run_in_subprocess`` (same result, no process)."""
+    return fn()
+
+
+def replace_subprocess_probes() -> list[str]:
+    """The release's process-spawning probes, run in this process instead (listed)."""
+    done = []
+    with contextlib.suppress(ImportError):
+        registry = importlib.import_module("vllm.model_executor.models.registry")
+        if callable(getattr(registry, "_run_in_subprocess", None)):
+            registry._run_in_subprocess = _in_process  # type: ignore[attr-defined]
+            done.append("vllm.model_executor.models.registry._run_in_subprocess")
+    return done
+
+
+def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
+    """Import hook, scratch model folder, log capture and the virtual platform."""
+    MISSING_OPS.install()
+    finder = EmptyExtensions(list(req.get("compiled", [])))
+    sys.meta_path.insert(0, finder)
+    sys.path.insert(0, req["src"])
+    os.makedirs(req["model_dir"], exist_ok=True)
+    with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
+        json.dump(req["config"], fh)
+    handler = LogRecords()
+    importlib.import_module("vllm.logger")
+    for name in ("vllm", ""):
+        logging.getLogger(name).addHandler(handler)
+    logging.getLogger("vllm").setLevel(logging.DEBUG)
+    platform = virtual_platform(dict(req["gpu"]))
+    return finder, handler, platform
+
+
+def answer(req: dict[str, Any]) -> dict[str, Any]:
+    """The whole engine-mode run for one request (see the module docstring)."""
+    start = time.monotonic()
+    out: dict[str, Any] = {"ok": False, "errors": []}
+    finder, handler, platform = prepare(req)
+    imported = time.monotonic()
+    prov = Provenance(req["src"])
+    probes = replace_subprocess_probes()
+    try:
+        with prov.active():
+            args = parse_serve(list(req["argv"]))
+            config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
+            out.update(how)
+            worker_phase(config, platform, out)
+        out["facts"] = facts(config)
+        out["ok"] = True
+    except UsageError as err:
+        out["usage_error"] = {"exit_code": err.code, "message": str(err)}
+    except Exception as err:  # noqa: BLE001 - the release's own error, reported whole
+        out["errors"].append({"stage": "config", "error": f"{type(err).__name__}: {err}",
+                              "traceback": traceback.format_exc()[-4000:]})
+    out["logged"] = handler.numbers()
+    out["log"] = handler.records[-200:]
+    out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": probes,
+                       "custom_ops_called": sorted(set(MISSING_OPS.called)),
+                       "platform": f"{type(platform).__mro__[1].__module__}."
+                                   f"{type(platform).__mro__[1].__name__} (device queries)"}
+    out["ran"] = prov.functions()
+    out["seconds"] = {"import": round(imported - start, 2),
+                      "decide": round(time.monotonic() - imported, 2)}
+    return out
+
+
+MISSING_OPS = MissingOps()
+
+
+def main() -> None:
+    """Read the request on stdin, write the result as JSON on ``result_fd``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0]) == here:
+        sys.path.pop(0)  # run as a script: its folder is not an import root
+    req = json.loads(sys.stdin.read())
+    try:
+        result = answer(req)
+    except BaseException as err:  # noqa: BLE001 - the parent must always get an answer
+        result = {"ok": False, "errors": [{"stage": "setup", "error": f"{type(err).__name__}: "
+                                           f"{err}", "traceback": traceback.format_exc()[-4000:]}]}
+    data = json.dumps(result, default=str).encode()
+    with os.fdopen(int(req["result_fd"]), "wb") as fh:
+        fh.write(data)
+
+
+if __name__ == "__main__":
+    main()

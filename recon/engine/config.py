@@ -1,0 +1,233 @@
+"""Parent side of engine mode: ``engine_config(snapshot, flags, config_json, gpu=...)``.
+
+The release decides: the user's command line goes, as typed, through the
+release's own ``vllm serve`` parser, ``from_cli_args`` and
+``create_engine_config`` (and, where the release has it, the worker's
+``update_block_size_for_backend`` over the model's layers built on the meta
+device), in a child started through the same OS sandbox as ``recon run``
+(:mod:`recon.slicing.sandbox`), under the release's own environment
+(:mod:`recon.engine.env`). recon states only what it must assume (the GPU, the
+usage context) and prints it; what the release could not decide is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReconError
+from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
+from ..snapshot import Snapshot
+from .env import ReleaseEnv, release_env, wheel_metadata
+from .gpus import DEFAULT_GPU, GPU
+from .gpus import gpu as lookup_gpu
+
+CHILD = Path(__file__).with_name("child.py")
+#: the virtual machine's GPU count (the release checks world size against it)
+DEFAULT_GPU_COUNT = 8
+
+
+class EngineUsageError(ReconError):
+    """The release's own parser refused the command line (its message, argparse's exit 2)."""
+
+    exit_code = 2
+
+
+class EngineFailed(ReconError):
+    """The release raised while deciding, or the child did not answer: no numbers."""
+
+    exit_code = 7
+
+
+@dataclass
+class EngineFacts:
+    """What the release decided for one command line on one declared GPU."""
+
+    release: str
+    gpu: GPU
+    usage: str
+    facts: dict[str, Any]
+    logged: dict[str, Any]
+    assumptions: list[str]
+    replaced: dict[str, Any]
+    ran: list[dict[str, Any]]
+    attention_backends: dict[str, str]
+    block_size_stage: str
+    warnings: list[dict[str, Any]]
+    seconds: dict[str, float]
+    env: dict[str, Any]
+    log: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """Identifier keys, numbers as numbers (``--json``)."""
+        return {"release": self.release, "gpu": self.gpu.as_json(), "usage": self.usage,
+                **self.facts, **self.logged,
+                "attention_backends": self.attention_backends,
+                "block_size_stage": self.block_size_stage,
+                "assumptions": self.assumptions, "replaced": self.replaced,
+                "warnings": self.warnings, "seconds": self.seconds, "env": self.env,
+                "ran": self.ran}
+
+
+def serve_argv(flags: str) -> list[str]:
+    """The arguments after ``vllm serve`` of a command line as the user typed it."""
+    tokens = shlex.split(flags.replace("\\\n", " "))
+    if tokens[:1] == ["vllm"]:
+        tokens = tokens[1:]
+    if tokens[:1] == ["serve"]:
+        tokens = tokens[1:]
+    return tokens
+
+
+def compiled_modules(snapshot: Snapshot) -> list[str]:
+    """Dotted names of the compiled modules the snapshot lists but does not hold."""
+    names = set()
+    listed = list(snapshot.manifest.get("skipped", {}))
+    listed += [p for p in snapshot.manifest.get("files", {}) if p.endswith(".so")]
+    for path in listed:
+        if not path.endswith(".so"):
+            continue
+        folder, _, base = path.rpartition("/")
+        mod = base.split(".", 1)[0]
+        names.add(".".join([*folder.split("/"), mod]) if folder else mod)
+    return sorted(names)
+
+
+def snapshot_metadata(snapshot: Snapshot) -> str:
+    """The release's ``METADATA`` (its ``Requires-Dist``): from the wheel it came from."""
+    from ..sources.pip import fetch_wheel, wheels_dir
+
+    src = snapshot.manifest.get("source", {})
+    candidates = [Path(src["wheel_path"])] if src.get("wheel_path") else []
+    candidates += sorted(wheels_dir().glob(f"{snapshot.package}-{snapshot.version}-*.whl"))
+    for wheel in candidates:
+        if wheel.is_file():
+            return wheel_metadata(wheel)
+    return wheel_metadata(fetch_wheel(f"{snapshot.package}=={snapshot.version}"))
+
+
+def environment(snapshot: Snapshot) -> ReleaseEnv:
+    """The release's environment (built once, cached)."""
+    if snapshot.package != "vllm" or not snapshot.version:
+        raise ReconError(f"engine mode reads vLLM releases; {snapshot.label} is "
+                         f"{snapshot.package} {snapshot.version}")
+    return release_env(snapshot.package, snapshot.version, snapshot_metadata(snapshot))
+
+
+def _request(snapshot: Snapshot, argv: list[str], config_json: dict[str, Any], gpu: GPU,
+             gpu_count: int, usage: str, work: Path) -> dict[str, Any]:
+    return {"src": str(snapshot.src), "compiled": compiled_modules(snapshot), "argv": argv,
+            "config": config_json, "model_dir": str(work / "model"), "usage": usage,
+            "gpu": {**gpu.as_json(), "count": gpu_count}}
+
+
+def _child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    """The sandbox's environment plus what keeps the release off the network and the home."""
+    quiet = {"HF_HOME": str(work / "hf"), "VLLM_CONFIG_ROOT": str(work / "vllm-config"),
+             "VLLM_CACHE_ROOT": str(work / "vllm-cache"), "VLLM_NO_USAGE_STATS": "1",
+             "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+    return base_env(work, {**quiet, **(extra or {})})
+
+
+def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, root: Path,
+              work: Path, timeout: float, sandbox: bool) -> dict[str, Any]:
+    """One sandboxed child; its JSON result (validated to be an object)."""
+    limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
+                    scratch_mb=512, processes=512)
+    read_only = [str(snapshot.src), str(env.root), str(CHILD.parent), *interpreter_dirs()]
+    outcome = launch([str(env.python), "-I", "-B", str(CHILD)], request, root=root, work=work,
+                     limits=limits, env=_child_env(work, request.pop("env", None)),
+                     slice_files=set(), read_only=read_only)
+    if outcome.timed_out:
+        raise EngineFailed(f"engine mode ran past {timeout:.0f} s; stderr tail: "
+                           f"{outcome.stderr[-400:]}")
+    try:
+        result = json.loads(outcome.result.decode("utf-8"))
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        raise EngineFailed(f"engine-mode child gave no answer (exit {outcome.returncode}); "
+                           f"stderr tail: {outcome.stderr[-600:].strip()}")
+    result["confinement"] = outcome.confinement
+    return result
+
+
+def _with_digests(snapshot: Snapshot, ran: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    files = snapshot.files
+    for fn in ran:
+        rec = files.get(fn["file"])
+        fn["sha256"] = rec.sha256 if rec is not None else None
+    return ran
+
+
+def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[str]:
+    said = [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {gpu.memory_bytes / 2**30:.1f} GiB)"
+            + ("" if explicit_gpu else f" -- not given, {DEFAULT_GPU} assumed"),
+            f"{count} such GPUs visible",
+            "usage context: " + ("LLM(...) (offline)" if usage == "llm" else "vllm serve")]
+    return said
+
+
+def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *,
+                  gpu: str | None = None, usage: str = "serve",
+                  gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
+                  timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
+    """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
+
+    Raises :class:`EngineUsageError` where the release's parser refuses the
+    command line and :class:`EngineFailed` where it raises while deciding.
+    """
+    start = time.monotonic()
+    board = lookup_gpu(gpu or DEFAULT_GPU)
+    release_environment = environment(snapshot)
+    env_seconds = time.monotonic() - start
+    root = Path(tempfile.mkdtemp(prefix="recon-engine-"))
+    os.chmod(root, 0o755)  # the sandbox may start as nobody (recon run's layout does the same)
+    try:
+        work = root / "work"
+        work.mkdir(mode=0o700)
+        request = _request(snapshot, serve_argv(flags), config_json, board, gpu_count, usage,
+                           work)
+        request["env"] = env
+        result = run_child(release_environment, snapshot, request, root=root, work=work,
+                           timeout=timeout, sandbox=sandbox)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
+                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
+
+
+def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
+           usage: str, renv: ReleaseEnv, seconds: dict[str, float]) -> EngineFacts:
+    if "usage_error" in result:
+        raise EngineUsageError(f"{snapshot.label}: " + str(result["usage_error"]["message"]))
+    if not result.get("ok"):
+        err = (result.get("errors") or [{"error": "no answer"}])[-1]
+        frames = re.findall(r'File "([^"]+)", line (\d+)', str(err.get("traceback", "")))
+        where = f" (at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
+        raise EngineFailed(f"{snapshot.label} did not decide: {err.get('error')}{where}")
+    replaced = dict(result.get("replaced", {}))
+    replaced["not_installed"] = renv.record.get("not_installed", {})
+    replaced["confinement"] = result.get("confinement")
+    if result.get("layers"):
+        replaced["process_groups"] = result["layers"].get("groups", [])
+    return EngineFacts(
+        release=f"{snapshot.package} {snapshot.version}", gpu=board, usage=usage,
+        facts=result.get("facts", {}), logged=result.get("logged", {}),
+        assumptions=_assumptions(board, explicit, count, usage), replaced=replaced,
+        ran=_with_digests(snapshot, result.get("ran", [])),
+        attention_backends=result.get("attention_backends", {}),
+        block_size_stage=str(result.get("block_size_stage", "")),
+        warnings=result.get("errors", []),
+        seconds={**seconds, **result.get("seconds", {}),
+                 "env_built": renv.built_seconds},
+        env={"root": str(renv.root), "installed": len(renv.record.get("installed", []))},
+        log=result.get("log", []))

@@ -1,0 +1,269 @@
+"""The release's environment: its own pure-Python requirements, built once per release.
+
+Engine mode imports the snapshot's package for real, so the package's own
+dependencies must be importable (transformers at the version the release pins,
+pydantic, msgspec, ...). They come from the wheel's ``Requires-Dist`` (the
+release's word, not recon's), into a virtual environment created with
+``--system-site-packages`` so that the **installed CPU torch** is the one
+imported: a CUDA torch is never installed.
+
+What is left out, and why (listed in ``env.json`` and in every result):
+
+* the torch family (``torch``, ``torchvision``, ``torchaudio``, ``torchcodec``):
+  the installed CPU build is used;
+* packages that only make sense with a GPU (CUDA kernels, their compilers and
+  runtimes: ``GPU_ONLY`` below). Measured on vLLM 0.26.0 and 0.33.0: none of
+  them is imported on the path that builds a ``VllmConfig`` and reads its
+  decisions, and several (triton, flashinfer) would pull CUDA wheels of
+  hundreds of MB.
+
+Requirements are installed with ``--no-deps`` and the closure is walked by
+recon (each installed distribution's own ``Requires-Dist``, same exclusions),
+so pip never resolves a CUDA torch or triton in behind the table. Wheels are
+downloaded once into a shared wheelhouse and installed with ``--no-index``
+from it, so a second release is fast and an offline machine with the wheels
+cached works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from email.parser import Parser
+from importlib import metadata
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from ..errors import ReconError
+from ..paths import cache_dir
+
+#: the installed CPU torch is imported instead (never a CUDA build)
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
+#: name prefixes of packages that only run with a GPU (kernels, CUDA runtimes, their compilers)
+GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
+            "quack-kernels", "tokenspeed", "humming-kernels",
+            "pynvvideocodec", "fastsafetensors", "instanttensor", "nvtx", "deep-gemm",
+            "flash-attn", "vllm-flash-attn", "pynvml", "amdsmi", "ray", "mooncake",
+            "nixl", "lmcache", "cutlass", "b12x", "helion", "zentorch", "intel-")
+_ROUNDS = 6
+#: bumped when the way an environment is built changes (old ones are then rebuilt)
+ENV_FORMAT = "4"
+
+
+class EnvError(ReconError):
+    """The release's environment could not be built (pip failed, no metadata)."""
+
+    exit_code = 6
+
+
+@dataclass
+class ReleaseEnv:
+    """A built environment: its interpreter, site folder and what it holds or left out."""
+
+    root: Path
+    python: Path
+    site: Path
+    record: dict[str, object]
+    built_seconds: float  # 0.0 when it came from the cache
+
+
+def skip_reason(name: str) -> str | None:
+    """Why a requirement is not installed (None: it is)."""
+    n = canonicalize_name(name)
+    if n in TORCH_FAMILY:
+        return "torch family: the installed CPU torch is used"
+    if n.startswith(GPU_ONLY):
+        return "GPU-only (kernels or CUDA runtime)"
+    return None
+
+
+def wheel_metadata(wheel: Path) -> str:
+    """The ``METADATA`` text of a wheel's dist-info."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        if not names:
+            raise EnvError(f"{wheel.name} has no dist-info/METADATA")
+        return zf.read(names[0]).decode("utf-8", "replace")
+
+
+def requirements(metadata_text: str, extras: Iterable[str] = ()) -> list[Requirement]:
+    """``Requires-Dist`` entries that apply to this interpreter (markers evaluated)."""
+    msg = Parser().parsestr(metadata_text, headersonly=True)
+    out = []
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None:
+            envs = [{**default_environment(), "extra": e} for e in ("", *extras)]
+            if not any(req.marker.evaluate(env) for env in envs):  # type: ignore[arg-type]
+                continue
+        out.append(req)
+    return out
+
+
+def _plain(req: Requirement) -> str:
+    """The requirement without its marker (already evaluated) and without extras."""
+    return f"{req.name}{req.specifier}"
+
+
+def env_key(package: str, version: str, reqs: list[Requirement]) -> str:
+    """One folder per release, requirement list, interpreter and torch."""
+    torch_version = _dist_version("torch") or "none"
+    text = "\n".join(sorted(str(r) for r in reqs)) + sys.version + torch_version + ENV_FORMAT
+    return f"{package}-{version}-py{sys.version_info[0]}{sys.version_info[1]}-" + \
+        hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pip(args: list[str], log: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}\n")
+    return done
+
+
+def _install(python: Path, specs: list[str], wheelhouse: Path, log: Path) -> None:
+    """Install from the wheelhouse alone, no deps; download into it only what it lacks."""
+    if not specs:
+        return
+    base = ["--python", str(python), "install", "--no-deps", "--no-index", "--find-links",
+            str(wheelhouse), "--only-binary", ":all:"]
+    if _pip([*base, *specs], log).returncode == 0:
+        return
+    _pip(["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse), *specs], log)
+    if _pip([*base, *specs], log).returncode != 0:
+        for spec in specs:  # one by one, so a single unavailable wheel does not block the rest
+            _pip([*base, spec], log)
+
+
+def _installed(paths: list[str]) -> dict[str, metadata.Distribution]:
+    found: dict[str, metadata.Distribution] = {}
+    for dist in metadata.distributions(path=paths):
+        name = dist.metadata.get("Name")
+        if name:
+            found.setdefault(canonicalize_name(name), dist)
+    return found
+
+
+def _missing(paths: list[str], wanted: list[Requirement],
+             skipped: dict[str, str]) -> list[Requirement]:
+    """Requirements (top level and of what is installed, extras followed) not installed."""
+    have = _installed(paths)
+    todo = list(wanted)
+    extras: dict[str, set[str]] = {}
+    for _ in range(3):  # extras asked for by a requirer can add requirements of an installed dist
+        for req in todo:
+            extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+        todo = list(wanted)
+        for name, dist in have.items():
+            with contextlib.suppress(Exception):
+                todo += requirements(str(dist.metadata), sorted(extras.get(name, ())))
+    out: dict[str, Requirement] = {}
+    for req in todo:
+        n = canonicalize_name(req.name)
+        why = skip_reason(n)
+        if why:
+            skipped.setdefault(n, why)
+            continue
+        if n in out:
+            continue
+        if n not in have or (req.specifier and not req.specifier.contains(
+                have[n].version, prereleases=True)):
+            out[n] = req  # absent, or the installed version (e.g. the system's) does not fit
+    return list(out.values())
+
+
+def _site(root: Path) -> Path:
+    return root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def release_env(package: str, version: str, metadata_text: str) -> ReleaseEnv:
+    """The environment of one release: from the cache, or built now (once)."""
+    reqs = requirements(metadata_text)
+    base = cache_dir() / "envs"
+    root = base / env_key(package, version, reqs)
+    with _locked(base / f".{root.name}.lock"):
+        if (root / "env.json").is_file():
+            record = json.loads((root / "env.json").read_text())
+            return ReleaseEnv(root, root / "bin" / "python", _site(root), record, 0.0)
+        return _build(root, reqs, base / "wheelhouse")
+
+
+def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
+    start = time.monotonic()
+    staging = root.with_name(root.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",  # noqa: S603
+                    str(staging)], check=True, capture_output=True)
+    site = _site(staging)
+    paths = [str(site), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    log = staging / "pip.log"
+    skipped: dict[str, str] = {}
+    wanted = []
+    for req in reqs:
+        why = skip_reason(req.name)
+        if why:
+            skipped[canonicalize_name(req.name)] = why
+        else:
+            wanted.append(req)
+    missing: list[Requirement] = []
+    for _ in range(_ROUNDS):
+        missing = _missing(paths, wanted, skipped)
+        if not missing:
+            break
+        _install(staging / "bin" / "python", [_plain(r) for r in missing], wheelhouse, log)
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
+                       metadata.distributions(path=[str(site)]))
+    record: dict[str, object] = {
+        "requirements": [str(r) for r in reqs], "installed": installed,
+        "not_installed": dict(sorted(skipped.items())),
+        "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
+        "torch": _dist_version("torch"), "python": sys.version.split()[0],
+        "built_seconds": round(time.monotonic() - start, 1)}
+    (staging / "env.json").write_text(json.dumps(record, indent=1))
+    _relocate(staging, root)
+    return ReleaseEnv(root, root / "bin" / "python", _site(root), record,
+                      float(record["built_seconds"]))  # type: ignore[arg-type]
+
+
+def _relocate(staging: Path, root: Path) -> None:
+    """Move the finished env in place; the venv's paths name the staging folder, so fix them."""
+    for cfg in (staging / "pyvenv.cfg",):
+        cfg.write_text(cfg.read_text().replace(str(staging), str(root)))
+    shutil.rmtree(root, ignore_errors=True)
+    staging.rename(root)

@@ -1,0 +1,67 @@
+"""The declared virtual GPUs: one data table, the only GPU facts recon itself states.
+
+Engine mode answers the release's device queries (name, compute capability,
+total memory, count) from this table, through a subclass of the release's own
+platform class (see :mod:`recon.engine.child`), so every decision the release
+takes from the device (batch defaults below 70 GiB, attention backend
+priorities per compute capability, FP8 support, ...) is the release's own.
+
+Memory is what ``torch.cuda.get_device_properties(0).total_memory`` reports on
+the real board (``nvidia-smi``'s MiB times 2**20), not the marketing size: the
+release compares it with thresholds such as 70 GiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import ReconError
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One board: what the release can ask about it."""
+
+    key: str
+    name: str  # the device name the driver reports (vLLM matches substrings such as "A100")
+    major: int
+    minor: int
+    memory_bytes: int
+    platform: str = "cuda"  # "cuda" or "rocm": which release platform class to subclass
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+GPUS: dict[str, GPU] = {g.key: g for g in (
+    GPU("h100", "NVIDIA H100 80GB HBM3", 9, 0, 81559 * MIB),
+    GPU("h200", "NVIDIA H200", 9, 0, 143771 * MIB),
+    GPU("a100-80", "NVIDIA A100-SXM4-80GB", 8, 0, 81920 * MIB),
+    GPU("a100-40", "NVIDIA A100-SXM4-40GB", 8, 0, 40960 * MIB),
+    GPU("l40s", "NVIDIA L40S", 8, 9, 46068 * MIB),
+    GPU("rtx3090", "NVIDIA GeForce RTX 3090", 8, 6, 24576 * MIB),
+    GPU("rtx4090", "NVIDIA GeForce RTX 4090", 8, 9, 24564 * MIB),
+    GPU("rtx5090", "NVIDIA GeForce RTX 5090", 12, 0, 32607 * MIB),
+    GPU("b200", "NVIDIA B200", 10, 0, 183359 * MIB),
+    GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB),
+    GPU("mi300x", "AMD Instinct MI300X", 9, 4, 196592 * MIB, platform="rocm"),
+)}
+
+DEFAULT_GPU = "h100"
+
+
+class UnknownGPU(ReconError):
+    """A ``--gpu`` name that is not in the table (the error lists the table)."""
+
+    exit_code = 2
+
+
+def gpu(key: str) -> GPU:
+    """The table entry for ``key`` (case-insensitive; ``a100`` means ``a100-80``)."""
+    k = key.strip().lower().replace("_", "-")
+    k = {"a100": "a100-80", "a100-80gb": "a100-80", "a100-40gb": "a100-40"}.get(k, k)
+    if k not in GPUS:
+        raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(GPUS)}")
+    return GPUS[k]
