@@ -64,6 +64,8 @@ def _recon_boot():
         return
     try:
         import json
+        import threading  # noqa: F401 - the runtime's imports, loaded with their usual
+        # bytecode cache before the bytecode prefix below is set for the runtime alone
 
         with open(os.path.join(here, "probe.json"), encoding="utf-8") as fh:
             spec = json.load(fh)
