@@ -3,7 +3,7 @@
 Without a snapshot: the timeline, the numbers and the known traps. With one:
 the matching recipes run on that release and every number the engine printed
 is set beside recon's prediction. Exit status 1 when a prediction disagrees,
-so a script can gate on it.
+6 when none disagrees but a printed number has no prediction, so a script can gate on it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import typer
 
 from .output import console, emit_json
 from .recipe import parse_sets
+
+#: Exit status when no prediction disagrees but some number the engine printed has none:
+#: "0 mismatches" over numbers recon did not compute is not an agreement.
+UNPREDICTED_EXIT = 6
 
 
 def logs_cmd(
@@ -32,7 +36,8 @@ def logs_cmd(
                                          help="Also write the report as Markdown to this file "
                                               "('-' prints it instead of the tables)."),
 ) -> None:
-    """Parse a vLLM/SGLang server log; with --snapshot, predicted vs observed (exit 1 on a mismatch)."""
+    """Parse a vLLM/SGLang server log; with --snapshot, predicted vs observed (exit 1: a mismatch;
+    6: a number the engine printed that recon could not predict)."""
     from ..logs import analyze, render_console, render_markdown
     from ..writer import write_text
 
@@ -49,6 +54,8 @@ def logs_cmd(
             write_text(markdown, render_markdown(report))
     if report.mismatches:
         raise typer.Exit(1)
+    if report.unpredicted:
+        raise typer.Exit(UNPREDICTED_EXIT)
 
 
 def register(app: typer.Typer) -> None:

@@ -149,6 +149,12 @@ class LogReport:
     def mismatches(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.status == "mismatch"]
 
+    @property
+    def unpredicted(self) -> list[Comparison]:
+        """Numbers the engine printed that a recipe covers, but recon gave no value for
+        (the recipe failed, was not applicable, or lacked an input): not an agreement."""
+        return [c for c in self.comparisons if c.status == "no prediction" and c.recipe]
+
     def to_json(self) -> dict[str, Any]:
         return {"log": self.log.to_json(), "snapshot": self.snapshot, "release": self.release,
                 "flags_from": self.flags_from, "flags": self.flags,

@@ -228,6 +228,7 @@ def headline(report: LogReport) -> str:
              f"{len(log.traps)} warning{'s' if len(log.traps) != 1 else ''}"]
     if report.snapshot:
         parts.append(f"{len(report.mismatches)} mismatch{'es' if len(report.mismatches) != 1 else ''}")
+        parts.append(f"{len(report.unpredicted)} not predicted")
     return ", ".join(parts)
 
 
