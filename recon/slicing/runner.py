@@ -119,6 +119,8 @@ def load_config(config: str | Path | Mapping[str, Any] | None) -> dict[str, Any]
         raise ReconError(f"cannot read config {path}: {err.strerror}") from err
     except ValueError as err:
         raise ReconError(f"{path} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise ReconError(f"{path}: JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ReconError(f"{path}: a config.json holds a JSON object")
     return data

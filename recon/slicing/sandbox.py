@@ -537,22 +537,24 @@ def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
 def _stage(read_only: list[str]) -> dict[str, str]:
     """An empty staging folder for each bind source nobody cannot reach (see ``_stage_and_drop``).
 
-    They live in the system temp folder, reachable by nobody wherever the run's
-    scratch root is; the mounts onto them exist only in the child's namespace.
+    They live in the first temporary folder nobody can reach (``TMPDIR`` may
+    sit in a private folder); the mounts onto them exist only in the child's
+    mount namespace, the host sees empty folders.
     """
     hidden = [p for p in _outermost(read_only) if not _parents_searchable(p)]
     if not hidden:
         return {}
-    stage_root = Path(tempfile.mkdtemp(prefix="recon-binds-"))
+    places = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]  # noqa: S108
+    reachable = [p for p in places if os.path.isdir(p) and _parents_searchable(p + "/x")]
+    if not reachable:
+        raise SandboxUnavailable("no temporary folder nobody can reach (TMPDIR, /tmp, "
+                                 "/var/tmp) to stage the interpreter's folders in")
+    stage_root = Path(tempfile.mkdtemp(prefix="recon-binds-", dir=reachable[0]))
     os.chmod(stage_root, 0o755)
     staged = {}
     for i, path in enumerate(hidden):
         (stage_root / str(i)).mkdir(mode=0o755)
         staged[path] = str(stage_root / str(i))
-    if not _parents_searchable(str(stage_root / "0")):
-        _unstage(staged)
-        raise SandboxUnavailable(f"the staging folder {stage_root} is not reachable by nobody; "
-                                 "set TMPDIR to a folder every user can pass")
     return staged
 
 
