@@ -39,9 +39,14 @@ def open_source(ref: str, *, packages: list[str], platform: str | None = None,
     ``python`` (``docker:`` only) is ``--python``: its prefix is searched too.
     ``max_ratio`` caps a compressed layer's (or wheel's) uncompressed size at
     that many times its compressed size, above a 1 GiB floor; ``None`` is
-    ``RECON_MAX_RATIO`` or 100, and 0 turns the ratio cap off.
+    ``RECON_MAX_RATIO`` or 100, and 0 turns the ratio cap off. ``max_layer_size``
+    ``None`` is 64 GiB (``DEFAULT_MAX_LAYER_SIZE``).
     """
     scheme, rest = split_ref(ref)
+    if max_layer_size is None:
+        from .base import DEFAULT_MAX_LAYER_SIZE
+
+        max_layer_size = DEFAULT_MAX_LAYER_SIZE
     if docker_read != "site" and scheme != "docker":
         flag = "--layers" if docker_read == "layers" else "--package-only"
         raise ReconError(f"{flag} is for docker: sources ({scheme}: reads its layers directly)")
