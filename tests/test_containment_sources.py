@@ -300,6 +300,26 @@ def test_many_small_files_past_the_ratio_are_refused(tmp_path: Path) -> None:
     _fails(tmp_path, f"oci:{layout}", "--max-ratio", "opt/zeros10", kind=UnsafeArchiveError)
 
 
+def test_the_ratio_cap_can_be_lifted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RECON_MAX_RATIO=0`` (what ``--max-ratio 0`` sets) reads the same layer to its end."""
+    zeros = zstandard.ZstdCompressor(level=3).compress(bytes(100 << 20))
+    ti = tarfile.TarInfo("opt/zeros")
+    ti.size = 100 << 20
+    member = zstandard.ZstdCompressor().compress(ti.tobuf(format=tarfile.GNU_FORMAT)) + zeros
+    pkg = zstandard.ZstdCompressor().compress(layer_bytes(PKG))
+    layer = member * 11 + pkg
+    plain = hashlib.sha256()  # the uncompressed stream's digest, 1.1 GB never held in memory
+    for _ in range(11):
+        plain.update(ti.tobuf(format=tarfile.GNU_FORMAT))
+        for _ in range(100):
+            plain.update(bytes(1 << 20))
+    plain.update(layer_bytes(PKG))
+    layout = write_oci(tmp_path / "lay", [layer], diff_ids=["sha256:" + plain.hexdigest()])
+    _fails(tmp_path, f"oci:{layout}", "--max-ratio", kind=UnsafeArchiveError)
+    monkeypatch.setenv("RECON_MAX_RATIO", "0")
+    assert "vllm/__init__.py" in _ok(tmp_path, f"oci:{layout}")
+
+
 def test_a_wheel_bomb_is_refused_before_decompressing(tmp_path: Path) -> None:
     """The central directory declares 2 GiB for a member of a 1 KiB wheel."""
     whl = _wheel(tmp_path)
