@@ -308,3 +308,16 @@ def test_terminal_escapes_from_the_run_are_shown_not_sent(snap: Snapshot) -> Non
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\\x1b[2J\\x1b]0;pwned\\x07 all good" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="staging is what root does")
+def test_private_tmpdir_still_runs(snap: Snapshot, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """TMPDIR inside a 0700 folder: the scratch root is staged like the interpreter."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    res = run_function(snap, f"{ESC}:identity")
+    assert res.ok and res.value["uid"] == 65534 and res.sandbox["host_user"] == "nobody"
+    assert list(private.iterdir()) == []  # scratch root removed afterwards
