@@ -10,6 +10,14 @@ straight into the final tree. The whole filesystem is never materialised and
 memory stays bounded whatever the image size; every write goes through
 :class:`recon.writer.TreeWriter`, which cannot escape its root.
 
+Inside one layer the last entry of a name wins, as umoci and containerd apply
+a layer entry by entry (the Docker engine refuses such a layer): a non-folder
+taking a folder's name removes what was below it, lower layers included.
+Names beyond the kernel's limits are refused (:func:`recon.writer.clean_relpath`),
+and a package symlink that leaves the package is written to the staged tree
+(so entries through it are still refused) but never kept in the snapshot
+(:func:`link_stays_inside`).
+
 Along the way the pass records the small facts needed to decide which copy of
 the package the image's own Python would import: top-level names per
 site-packages folder, distribution metadata, interpreters, ``pyvenv.cfg``

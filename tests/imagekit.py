@@ -239,3 +239,14 @@ def layer_bytes(files: dict[str, bytes]) -> bytes:
             ti.size, ti.mtime, ti.mode = len(data), 1_700_000_000, 0o644
             tar.addfile(ti, io.BytesIO(data))
     return buf.getvalue()
+
+
+def snapshot_listed_fingerprint(snap: Any) -> dict[str, tuple[str, str]]:
+    """:func:`snapshot_fingerprint` plus the links listed as skipped because they leave the
+    package (never written into a snapshot): what an unpacked image shows for the package."""
+    pkg = snap.package
+    out = snapshot_fingerprint(snap)
+    for rel, rec in snap.manifest.get("skipped", {}).items():
+        if rec.get("kind") == "symlink":
+            out[rel[len(pkg) + 1:]] = ("symlink", rec["target"])
+    return out
