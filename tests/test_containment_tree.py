@@ -492,7 +492,7 @@ def test_force_replaces_only_a_snapshot(tmp_path: Path, host: Path,
 def test_write_json_into_a_read_only_folder_is_one_line(tmp_path: Path) -> None:
     """The report writers (write_json/write_text) say which folder, as the snapshot writer does."""
     if os.geteuid() == 0:
-        pytest.skip("root writes anywhere; the EACCES case runs as nobody above")
+        pytest.skip("root writes anywhere; the EACCES case above runs without capabilities")
     folder = tmp_path / "ro"
     folder.mkdir(mode=0o555)
     with pytest.raises(ReconError, match=f"cannot write to the output folder {folder}: Permission denied"):
