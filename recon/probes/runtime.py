@@ -936,8 +936,8 @@ def _patch(t, k):
     try:
         fn = _unwrap(raw)
         code = fn.__code__
-        if HOOK in code.co_names:
-            return "patched"  # instrumented already (a second name for the same function)
+        if HOOK in code.co_names:  # a second name for a function instrumented already
+            return "skipped: the same function as another target (its calls log there)"
         new = _instrument(fn, k)
     except _Refuse as why:
         return "skipped: " + str(why)

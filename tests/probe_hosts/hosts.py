@@ -370,6 +370,10 @@ print(e.step(3), e.make(1), eng.Engine.make(2), e.helper(1, 2, k=3), e.size)
                     "eng:Engine.size": 1},
             check=lambda r: first_call(r, "eng:Engine.step")["args"] == {"n": 3, "scale": 2}),
      options=ARGS, core=True)
+host("two_names_one_function", "import eng, user\nprint(user.total([1]), eng.total([2]))\n",
+     ["eng:total", "user:total"], expect(patched=("eng:total",), skipped=("user:total",),
+                                         counts={"eng:total": 2}),
+     files={"user.py": "from eng import total\n"})
 host("circular_import_copy", "import tgt, helper\nprint(helper.g(2), tgt.f(3))\n", ["tgt:f"],
      expect(check=lambda r: [c["args"]["x"] for c in of(r, "call")] == [2, 3]),
      files={"tgt.py": "def f(x):\n    return x * 10\nimport helper  # noqa\n",
