@@ -33,6 +33,10 @@ The bundle's ``sitecustomize.py`` imports this file (copied into the bundle as
   stderr: when the log folder cannot be written, records are dropped and
   counted.
 
+What a host can still observe, per Python version, is listed in docs/guide.md
+("What the probes change in the engine, and what they do not"), and measured by
+the host-program matrix of tests/test_probe_invisible.py.
+
 Record kinds: ``VERIFY`` (start of every process), ``patched`` (a target patched
 after start), ``call``, ``error`` (a swallowed error), ``cap`` / ``disabled``
 (the runtime stopped logging) and ``EXIT`` (call counts, targets never fired).
