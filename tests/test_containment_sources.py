@@ -616,3 +616,26 @@ def test_a_verified_listing_does_not_vouch_for_another_diff_id(registry: Any, tm
     wrong = _sha(b"another")
     bad = _push(registry, tmp_path, "same-blob-other-diff", wrong)
     _fails(tmp_path, bad, f"diff_id {wrong}", kind=DigestMismatch)
+
+
+def test_a_wheel_declaring_millions_of_members(tmp_path: Path) -> None:
+    """A zip64 end record claims 5 million entries: refused before zipfile builds any of them."""
+    whl = _wheel(tmp_path)
+    data = whl.read_bytes()
+    at = data.rfind(b"PK\x05\x06")
+    cd_size, cd_offset = struct.unpack("<II", data[at + 12:at + 20])
+    z64 = b"PK\x06\x06" + struct.pack("<QHHIIQQQQ", 44, 45, 45, 0, 0, 5_000_000, 5_000_000,
+                                        cd_size, cd_offset)
+    locator = b"PK\x06\x07" + struct.pack("<IQI", 0, at, 1)
+    eocd = bytearray(data[at:])
+    eocd[8:12] = struct.pack("<HH", 0xFFFF, 0xFFFF)
+    whl.write_bytes(data[:at] + z64 + locator + bytes(eocd))
+    assert _fails(tmp_path, f"wheel:{whl}", "5000000 members").exit_code == 3
+
+
+def test_an_image_of_too_many_layers(tmp_path: Path) -> None:
+    layer = layer_bytes(PKG)
+    d = put_blob(tmp_path / "lay", layer)
+    descs = [{"mediaType": "application/vnd.oci.image.layer.v1.tar", **d}] * 1001
+    layout = write_oci(tmp_path / "lay", [layer] * 1001, layer_descs=descs)
+    _fails(tmp_path, f"oci:{layout}", "1001 layers")

@@ -53,6 +53,7 @@ from .streams import CountingReader, FileWindow
 _INDEX_TYPES = INDEX_TYPES  # kept for importers of the old name
 MAX_JSON = 64 << 20  # manifests, indexes and configs larger than this are refused
 MAX_HOPS = 16  # symlinks followed inside one archive lookup
+MAX_MEMBERS = 100_000  # an image archive holds a few files per layer; the index is kept in memory
 _HEX_NAME = re.compile(r"^blobs/(sha256)/([0-9a-f]{64})$|^blobs/(sha512)/([0-9a-f]{128})$")
 
 
@@ -110,6 +111,8 @@ class BlobStore:
                     if entry.name:
                         self._members[entry.name] = _Member(entry.kind, offsets[-1], entry.size,
                                                             entry.linkname)
+                    if len(self._members) > MAX_MEMBERS:
+                        raise ReconError(f"more than {MAX_MEMBERS} members: not an image archive")
             except ReconError as err:
                 raise ReconError(f"not a readable image archive ({err})") from err
 

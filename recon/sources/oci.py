@@ -29,6 +29,8 @@ MANIFEST_TYPES = {OCI_MANIFEST, DOCKER_MANIFEST}
 DEFAULT_PLATFORM = "linux/amd64"
 
 
+#: More layers than this is no image an engine can run (overlayfs stacks 128 at most).
+MAX_LAYERS = 1000
 #: Nested indexes followed at most this deep (real images nest one level; a cycle is caught sooner).
 MAX_INDEX_DEPTH = 8
 
@@ -131,4 +133,6 @@ def diff_ids_of(config: dict[str, Any], count: int, where: str) -> list[str]:
         raise ReconError("image config has no rootfs.diff_ids list", where=where)
     if len(raw) != count:
         raise ReconError(f"image config lists {len(raw)} diff_ids for {count} layers", where=where)
+    if count > MAX_LAYERS:
+        raise ReconError(f"the image has {count} layers (over {MAX_LAYERS})", where=where)
     return [check_digest(d, where=where) for d in raw]

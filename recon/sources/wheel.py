@@ -25,6 +25,7 @@ from ..errors import ReconError, UnsafeArchiveError
 from .base import DIR, FILE, Entry, Image, Layer, layer_cap, max_ratio_default
 
 SITE = "site-packages"
+MAX_MEMBERS = 250_000  # the largest wheels (torch) hold ~20k files; zipfile keeps every entry in memory
 _READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 
 
@@ -36,8 +37,32 @@ def file_sha256(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _entry_count(path: Path) -> int | None:
+    """The entry count the end-of-central-directory record declares (zip64 too), read before
+    :mod:`zipfile` builds one object per entry; None if there is no record to read."""
+    import struct
+
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        end = fh.tell()
+        fh.seek(max(0, end - (1 << 16) - 22))
+        tail = fh.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return None
+    count = struct.unpack("<H", tail[at + 10:at + 12])[0]
+    z64 = tail.rfind(b"PK\x06\x06", 0, at)
+    if count == 0xFFFF and z64 >= 0 and len(tail) >= z64 + 40:
+        count = struct.unpack("<Q", tail[z64 + 32:z64 + 40])[0]
+    return int(count)
+
+
 def _zip(path: Path) -> zipfile.ZipFile:
     """Open the central directory; anything :mod:`zipfile` raises on a hostile one is one line."""
+    count = _entry_count(path)
+    if count is not None and count > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"the wheel declares {count} members (over {MAX_MEMBERS})",
+                                 where=str(path))
     try:
         return zipfile.ZipFile(path)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as err:
