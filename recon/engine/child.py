@@ -170,9 +170,14 @@ def _gpu_methods(gpu: dict[str, Any], capability: Callable[..., Any]) -> dict[st
     def is_fully_connected(cls: Any, physical_device_ids: Any) -> bool:
         return True
 
+    def current_device(cls: Any) -> Any:
+        import torch  # the layers are built on the meta device: no memory, no CUDA
+
+        return torch.device("meta")
+
     funcs = (get_device_capability, has_device_capability, is_device_capability,
              get_device_name, get_device_total_memory, device_count, get_device_uuid,
-             is_fully_connected)
+             is_fully_connected, current_device)
     return {f.__name__: classmethod(f) for f in funcs}
 
 
@@ -470,6 +475,23 @@ def replace_subprocess_probes() -> list[str]:
     return done
 
 
+def install_metadata(req: dict[str, Any]) -> None:
+    """The release's own dist-info ``METADATA`` (from its wheel), so ``version("vllm")`` works.
+
+    The snapshot holds the package folder only; the release asks importlib.metadata
+    for its version (platform and Triton detection), as it would when installed.
+    """
+    text = req.get("metadata")
+    if not text:
+        return
+    dist = os.path.join(os.path.dirname(req["model_dir"]), "dist")
+    info = os.path.join(dist, f"{req.get('package', 'vllm')}-{req.get('version', '0')}.dist-info")
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    sys.path.insert(1, dist)
+
+
 def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
     """Import hook, scratch model folder, log capture and the virtual platform."""
     MISSING_OPS.install()
@@ -479,10 +501,10 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
     os.makedirs(req["model_dir"], exist_ok=True)
     with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
         json.dump(req["config"], fh)
+    install_metadata(req)
     handler = LogRecords()
     importlib.import_module("vllm.logger")
-    for name in ("vllm", ""):
-        logging.getLogger(name).addHandler(handler)
+    logging.getLogger("vllm").addHandler(handler)
     logging.getLogger("vllm").setLevel(logging.DEBUG)
     platform = virtual_platform(dict(req["gpu"]))
     return finder, handler, platform

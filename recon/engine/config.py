@@ -126,7 +126,8 @@ def _request(snapshot: Snapshot, argv: list[str], config_json: dict[str, Any], g
              gpu_count: int, usage: str, work: Path) -> dict[str, Any]:
     return {"src": str(snapshot.src), "compiled": compiled_modules(snapshot), "argv": argv,
             "config": config_json, "model_dir": str(work / "model"), "usage": usage,
-            "gpu": {**gpu.as_json(), "count": gpu_count}}
+            "gpu": {**gpu.as_json(), "count": gpu_count}, "package": snapshot.package,
+            "version": snapshot.version, "metadata": snapshot_metadata(snapshot)}
 
 
 def _child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:

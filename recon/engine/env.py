@@ -59,6 +59,10 @@ GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
             "pynvvideocodec", "fastsafetensors", "instanttensor", "nvtx", "deep-gemm",
             "flash-attn", "vllm-flash-attn", "pynvml", "amdsmi", "ray", "mooncake",
             "nixl", "lmcache", "cutlass", "b12x", "helion", "zentorch", "intel-")
+#: what the release's torch (a CUDA build on Linux) brings along and vLLM imports at module
+#: level even without a GPU (measured on 0.33.0: mamba ops build ``triton.Config`` lists);
+#: the CPU torch does not bring it, so it is added, unpinned, and listed in ``env.json``
+TORCH_COMPANIONS = ("triton",)
 _ROUNDS = 6
 #: bumped when the way an environment is built changes (old ones are then rebuilt)
 ENV_FORMAT = "4"
@@ -241,6 +245,8 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
             skipped[canonicalize_name(req.name)] = why
         else:
             wanted.append(req)
+    wanted += [Requirement(name) for name in TORCH_COMPANIONS
+               if canonicalize_name(name) not in {canonicalize_name(r.name) for r in wanted}]
     missing: list[Requirement] = []
     for _ in range(_ROUNDS):
         missing = _missing(paths, wanted, skipped)
@@ -251,6 +257,7 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
                        metadata.distributions(path=[str(site)]))
     record: dict[str, object] = {
         "requirements": [str(r) for r in reqs], "installed": installed,
+        "torch_companions": list(TORCH_COMPANIONS),
         "not_installed": dict(sorted(skipped.items())),
         "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
         "torch": _dist_version("torch"), "python": sys.version.split()[0],

@@ -1,0 +1,84 @@
+"""``recon engine-config SNAPSHOT --flags "vllm serve ..." --config c.json --gpu h100``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ..errors import ReconError
+from .output import console, emit_json, err_console
+
+#: labels for the terminal; ``--json`` keys are the identifiers themselves
+LABELS = (
+    ("attention_block_size", "attention block size (tokens)"),
+    ("attention_block_size_logged", "logged: Setting attention block size to"),
+    ("mamba_padding_pct", "logged: Padding mamba page size by (%)"),
+    ("mamba_cache_mode", "mamba cache mode"),
+    ("mamba_block_size", "mamba block size"),
+    ("enable_prefix_caching", "prefix caching"),
+    ("kv_cache_dtype", "KV cache dtype"),
+    ("max_num_seqs", "max_num_seqs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ("max_model_len", "max_model_len"),
+    ("cudagraph_mode", "cudagraph mode"),
+    ("max_cudagraph_capture_size", "max cudagraph capture size"),
+    ("cudagraph_capture_sizes", "cudagraph capture sizes"),
+    ("block_size_stage", "block size decided in"),
+)
+
+HELP = """Let the release build its own VllmConfig for your command line, on a declared GPU.
+
+The snapshot's vLLM is imported for real (its own environment, built once),
+inside the OS sandbox; the command goes through the release's own `vllm serve`
+parser and create_engine_config(). Prints what the release decided, the
+assumptions recon made (GPU, usage context) and what it replaced."""
+
+
+def engine_config_cmd(
+    snapshot: str = typer.Argument(..., help="Snapshot name or folder, or a SOURCE (pip:vllm==0.33.0)."),
+    flags: str = typer.Option(..., "--flags", help="The command line as typed: 'vllm serve MODEL ...'."),
+    config: Path = typer.Option(..., "--config", help="The model's config.json."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
+    llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
+    env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """``recon engine-config``."""
+    from ..engine.config import engine_config
+    from ..snapcache import ensure_snapshot
+
+    extra = {}
+    for item in env:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
+        extra[name] = value
+    try:
+        cfg = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ReconError(f"cannot read {config}: {err}") from err
+    snap = ensure_snapshot(snapshot)
+    facts = engine_config(snap, flags, cfg, gpu=gpu, usage="llm" if llm else "serve",
+                          env=extra, sandbox=not no_sandbox)
+    if as_json:
+        emit_json(facts.as_json())
+        return
+    data = facts.as_json()
+    for line in facts.assumptions:
+        err_console.print(f"recon: assumed {line}")
+    for key, label in LABELS:
+        if data.get(key) is not None:
+            console.print(f"{label:45} {data[key]}")
+    for name, backend in facts.attention_backends.items():
+        console.print(f"{'attention backend ' + name.split(':')[0]:45} {backend}")
+    console.print(f"replaced: {', '.join(facts.replaced.get('compiled_modules', []))} "
+                  f"(empty modules); device queries ({facts.gpu.key}); "
+                  f"{', '.join(facts.replaced.get('in_process', []))} (in process)")
+    console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("engine-config", help=HELP)(engine_config_cmd)
