@@ -236,12 +236,13 @@ def test_cli_no_sandbox_flag(snap: Snapshot, tmp_path: Path) -> None:
 def test_oversized_module_is_refused_before_parsing(tmp_path: Path) -> None:
     pkg = tmp_path / "bigpkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("def f():\n    return 1\n")
-    (pkg / "huge.py").write_text("X = 1\n" * 500_000)  # 3 MB of valid Python
+    (pkg / "__init__.py").write_text("")
+    # 3 MB of valid Python in the module of the target: the slicer would parse it
+    (pkg / "huge.py").write_text("def f():\n    return 1\n" + "X = 1\n" * 500_000)
     big = take_snapshot(f"dir:{pkg}", package="bigpkg", out=tmp_path / "snap")
     with pytest.raises(ReconError, match=r"^bigpkg/huge.py is 2.9 MiB, over the 2 MiB cap"):
-        run_function(big, "bigpkg:f")
-    done = subprocess.run([sys.executable, "-m", "recon", "slice", str(big.root), "bigpkg:f"],
+        run_function(big, "bigpkg.huge:f")
+    done = subprocess.run([sys.executable, "-m", "recon", "slice", str(big.root), "bigpkg.huge:f"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "bigpkg/huge.py is 2.9 MiB, over the 2 MiB cap" in done.stderr
@@ -321,3 +322,17 @@ def test_private_tmpdir_still_runs(snap: Snapshot, tmp_path: Path,
     res = run_function(snap, f"{ESC}:identity")
     assert res.ok and res.value["uid"] == 65534 and res.sandbox["host_user"] == "nobody"
     assert list(private.iterdir()) == []  # scratch root removed afterwards
+
+
+def test_oversized_module_is_not_indexed(tmp_path: Path) -> None:
+    """The index parses every module in recon's own processes: the cap holds there too."""
+    from recon.index import load_index
+
+    pkg = tmp_path / "bigpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def small():\n    return 1\n")
+    (pkg / "huge.py").write_text("def f():\n    return 1\n" + "X = 1\n" * 500_000)
+    snap = take_snapshot(f"dir:{pkg}", package="bigpkg", out=tmp_path / "snap")
+    idx = load_index(snap)
+    assert "over the 2 MiB cap" in idx.errors["bigpkg/huge.py"]
+    assert "bigpkg:small" in idx.functions

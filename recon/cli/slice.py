@@ -95,11 +95,9 @@ def slice_cmd(
     budget: int | None = _budget_option(),
 ) -> None:
     from ..slicing import build_slice
-    from ..slicing.runner import check_module_sizes
     from ..snapcache import ensure_snapshot
 
     snap = ensure_snapshot(snapshot)
-    check_module_sizes(snap)
     sl = build_slice(snap, qualnames, stubs=stub, budget=_budget(budget))
     _warn_cut(sl.cut, sl.budget)
     if out is not None:

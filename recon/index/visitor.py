@@ -25,6 +25,12 @@ from typing import Any
 
 from .normalize import serializers
 
+#: The largest module recon parses (index and slicer, in recon's own unsandboxed processes).
+#: The largest module of the vLLM wheels 0.10-0.33 and SGLang 0.5.23 is 344 KiB
+#: (vllm/v1/worker/gpu_model_runner.py, 0.27.0); parsing costs ~200x the file size in memory,
+#: so 2 MiB keeps a process near 400 MB on a hostile file and leaves 6x headroom.
+MAX_MODULE_BYTES = 2 << 20
+
 #: Bump when the record layout or the normalization changes: old cache entries are ignored.
 #: 6: classes carry ``fields`` (class-body assignments, for ``recon diff``).
 #: 7: modules carry ``constants`` (module-body assignments, for ``recon diff``).
@@ -463,6 +469,10 @@ def index_source(data: bytes) -> dict[str, Any]:
     file, a literal nested past the parser's limits) gives a record with
     ``error`` set and no definitions: never an exception.
     """
+    if len(data) > MAX_MODULE_BYTES:  # a hostile file must not cost the parser gigabytes
+        return {"v": RECORD_VERSION, "lines": 0, "error": (
+            f"{len(data) / (1 << 20):.1f} MiB, over the {MAX_MODULE_BYTES >> 20} MiB cap on a "
+            "module recon parses: not indexed")}
     text = decode_source(data)
     lines = split_lines(text)
     record: dict[str, Any] = {"v": RECORD_VERSION, "lines": len(lines) - (lines[-1] == ""),

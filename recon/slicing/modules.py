@@ -11,6 +11,7 @@ import difflib
 import os
 
 from ..errors import ReconError
+from ..index.visitor import MAX_MODULE_BYTES
 from ..snapshot import Snapshot
 from .units import ModuleModel, parse_module
 
@@ -55,6 +56,10 @@ class ModuleSet:
         except OSError as err:
             self.parse_errors[module] = str(err)
             return None
+        if st.st_size > MAX_MODULE_BYTES:
+            raise ReconError(f"{rel} is {st.st_size / (1 << 20):.1f} MiB, over the "
+                             f"{MAX_MODULE_BYTES >> 20} MiB cap on a module the slicer parses; "
+                             "refusing to parse it")
         key = (str(path), st.st_size, st.st_mtime_ns)
         model = _CACHE.get(key)
         if model is None:

@@ -45,30 +45,6 @@ from .sandbox import Limits, base_env, interpreter_dirs, launch, package_dirs, p
 from .slicer import Slice, build_slice
 
 _RUNTIME_FILES = ("child.py", "stubs.py", "hfconfig.py", "guard.py")
-#: the largest module the slicer parses in the parent. The largest module of the
-#: vLLM wheels 0.10-0.33 and SGLang 0.5.23 is 344 KiB (vllm/v1/worker/gpu_model_runner.py,
-#: 0.27.0); parsing costs ~200x the file size in memory, so 2 MiB keeps the
-#: (unsandboxed) parent near 400 MB on a hostile file and leaves 6x headroom.
-MAX_MODULE_BYTES = 2 << 20
-
-
-def check_module_sizes(snap: Snapshot, cap: int = MAX_MODULE_BYTES) -> None:
-    """Refuse a snapshot holding a Python module over ``cap`` bytes (one line naming it).
-
-    Sizes are taken from the files on disk (a stat each, nothing read), before
-    the slicer parses anything in this unsandboxed process.
-    """
-    for rec in snap.python_files():
-        try:
-            size = os.stat(snap.src / rec.path).st_size
-        except OSError:
-            continue
-        if size > cap:
-            raise ReconError(f"{rec.path} is {size / (1 << 20):.1f} MiB, over the "
-                             f"{cap / (1 << 20):g} MiB cap on a module the slicer parses; "
-                             "refusing to parse it")
-
-
 @dataclass(frozen=True)
 class Py:
     """A Python expression evaluated *in the child* (``Py("torch.tensor([1, 2])")``).
@@ -276,7 +252,6 @@ def run_calls(snapshot: Snapshot | str | Path, calls: Iterable[Call], *,
     available); with it on and unavailable, :class:`SandboxUnavailable` is raised.
     """
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
-    check_module_sizes(snap)
     calls = list(calls)
     if not calls:
         raise ReconError("nothing to run")
