@@ -78,6 +78,23 @@ class LogRecords(logging.Handler):
                                  "template": str(record.msg), "args": [jsonable(a) for a in args],
                                  "message": record.getMessage()[:2000]})
 
+    def install(self) -> None:
+        """See every record of the release's loggers, whatever handlers it configures later.
+
+        vLLM (re)configures its ``vllm`` logger (``propagate`` off, handlers
+        replaced), so a handler added to it can be dropped; wrapping
+        ``Logger.handle`` keeps the records without touching its output.
+        """
+        original = logging.Logger.handle
+        keep = self
+
+        def handle(logger: logging.Logger, record: logging.LogRecord) -> None:
+            if record.name == "vllm" or record.name.startswith("vllm."):
+                keep.emit(record)
+            original(logger, record)
+
+        logging.Logger.handle = handle  # type: ignore[method-assign]
+
     def numbers(self) -> dict[str, Any]:
         """The numbers of :data:`LOGGED` templates, last emission wins (as in the log)."""
         out: dict[str, Any] = {}
@@ -189,8 +206,7 @@ def virtual_platform(gpu: dict[str, Any]) -> Any:
     else:
         cuda = importlib.import_module("vllm.platforms.cuda")
         base = getattr(cuda, "CudaPlatform", None) or cuda.CudaPlatformBase
-    methods = {name: fn for name, fn in _gpu_methods(gpu, interface.DeviceCapability).items()
-               if hasattr(base, name)}
+    methods = _gpu_methods(gpu, interface.DeviceCapability)
     cls = type(f"ReconVirtual{base.__name__}", (base,), methods)
     platforms = importlib.import_module("vllm.platforms")
     instance = cls()
@@ -255,6 +271,19 @@ def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, 
     return config, {"usage_context": context, "replaced_args": given}
 
 
+class GroupHandle:
+    """What ``torch.distributed`` group handles answer here: their size and our rank."""
+
+    def __init__(self, world_size: int) -> None:
+        self._size = world_size
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
+
+
 class SingleRankGroup:
     """Rank 0's view of a process group of ``world_size`` ranks (no communication).
 
@@ -273,8 +302,8 @@ class SingleRankGroup:
         self.is_first_rank = True
         self.is_last_rank = world_size == 1
         self.use_custom_op_call = False
-        self.device_group = None
-        self.cpu_group = None
+        self.device_group = GroupHandle(world_size)
+        self.cpu_group = GroupHandle(world_size)
         self.device_communicator = None
 
     def __getattr__(self, item: str) -> Any:
@@ -309,23 +338,49 @@ def install_groups(parallel: Any) -> list[str]:
     return done
 
 
-def build_layers(config: Any) -> dict[str, Any]:
-    """The model's layers on the meta device (no memory), as the worker's load_model does.
+class NoStream:
+    """A CUDA stream or event the layers keep for later kernels: nothing runs here."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+
+    def __getattr__(self, item: str) -> Any:
+        return lambda *a, **k: None
+
+
+def replace_cuda_objects(torch: Any) -> list[str]:
+    """``torch.cuda.Stream``/``Event``/``current_stream`` of a CPU torch raise; layers make them."""
+    done = []
+    for name in ("Stream", "Event", "ExternalStream"):
+        setattr(torch.cuda, name, NoStream)
+        done.append(f"torch.cuda.{name}")
+    for name in ("current_stream", "default_stream"):
+        setattr(torch.cuda, name, lambda *a, **k: NoStream())
+        done.append(f"torch.cuda.{name}")
+    return done
+
+
+def build_layers(config: Any) -> dict[str, Any]:
+    """The model's layers on the meta device (no memory), as the worker's model loader does.
+
+    The loader's own steps: ``set_default_torch_dtype(model_config.dtype)``,
+    the target device (meta here, instead of the GPU) and ``initialize_model``.
     Attention layers register themselves in the config's static forward
     context; that is what the release reads to pick backends and block sizes.
     """
     import torch  # the installed CPU torch
 
-    cfg_mod = importlib.import_module("vllm.config")
-    get_arch = _find(("vllm.model_executor.model_loader.utils",
-                      "vllm.model_executor.model_loader"), "get_model_architecture")
+    loader_utils = "vllm.model_executor.model_loader.utils"
+    initialize = _find((loader_utils, "vllm.model_executor.model_loader"), "initialize_model")
+    default_dtype = _find(("vllm.utils.torch_utils", loader_utils), "set_default_torch_dtype")
     groups = install_groups(config.parallel_config)
-    model_cls, arch = get_arch(config.model_config)
-    with cfg_mod.set_current_vllm_config(config), torch.device("meta"):
-        model_cls(vllm_config=config, prefix="")
+    cuda_objects = replace_cuda_objects(torch)
+    model_config = config.model_config
+    with default_dtype(model_config.dtype), torch.device("meta"):
+        model = initialize(vllm_config=config, model_config=model_config, prefix="")
     layers = config.compilation_config.static_forward_context
-    return {"architecture": arch, "groups": groups, "layers": len(layers)}
+    return {"architecture": type(model).__name__, "groups": groups, "layers": len(layers),
+            "cuda_objects": cuda_objects}
 
 
 def backends(config: Any) -> dict[str, str]:
@@ -399,6 +454,22 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     out["attention_backends"] = backends(config)
 
 
+class MissingOp:
+    """One op of a replaced library: calls (and its overloads, ``.default``) return None."""
+
+    def __init__(self, name: str, called: list[str]) -> None:
+        self.name = name
+        self.called = called
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.called.append(self.name)
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return self
+
+
 class MissingOps:
     """Custom ops of the replaced compiled modules (``torch.ops._C.x``): calls return None.
 
@@ -422,12 +493,7 @@ class MissingOps:
             except AttributeError:
                 if not str(ns.name).startswith("_") or op_name.startswith("__"):
                     raise
-                full = f"torch.ops.{ns.name}.{op_name}"
-
-                def missing(*args: Any, **kwargs: Any) -> None:
-                    called.append(full)
-
-                return missing
+                return MissingOp(f"torch.ops.{ns.name}.{op_name}", called)
 
         torch._ops._OpNamespace.__getattr__ = getattr_  # type: ignore[method-assign]
         self._tolerate_fakes(torch)
@@ -503,9 +569,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
         json.dump(req["config"], fh)
     install_metadata(req)
     handler = LogRecords()
-    importlib.import_module("vllm.logger")
-    logging.getLogger("vllm").addHandler(handler)
-    logging.getLogger("vllm").setLevel(logging.DEBUG)
+    handler.install()
     platform = virtual_platform(dict(req["gpu"]))
     return finder, handler, platform
 
