@@ -60,9 +60,14 @@ ProgressFn = Callable[[Layer, str], None]
 
 @dataclass
 class CaptureLimits:
+    """Caps against hostile archives (each one is a CLI flag; see docs/security.md)."""
+
     max_file_size: int = 512 << 20
     max_total_size: int = 16 << 30
-    max_layer_size: int = 256 << 30
+    max_layer_size: int = 64 << 30
+    #: a compressed layer or wheel may expand this many times (never capped below 1 GiB);
+    #: None: ``RECON_MAX_RATIO`` or 100; 0: no ratio cap
+    max_ratio: float | None = None
 
 
 @dataclass

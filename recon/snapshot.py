@@ -12,7 +12,10 @@ Everything downstream (index, chain, slice, run, diff, probes) reads a
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,9 +121,10 @@ class Snapshot:
         return self.src / rel
 
     def read_bytes(self, rel: str) -> bytes:
+        """The bytes of a file of the snapshot, never through a link (:func:`read_inside`)."""
         if rel not in self.manifest.get("files", {}):
             raise ReconError(f"{rel} is not in snapshot {self.name}")
-        return (self.src / rel).read_bytes()
+        return read_inside(self.src, rel)
 
     def read_text(self, rel: str) -> str:
         return self.read_bytes(rel).decode("utf-8", errors="surrogateescape")
@@ -156,3 +160,42 @@ def list_snapshots(base: Path | None = None) -> list[Snapshot]:
             except ReconError:
                 continue
     return out
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def read_inside(root: str | Path, rel: str) -> bytes:
+    """Read the regular file ``rel`` under ``root``, opening each component with ``O_NOFOLLOW``.
+
+    A snapshot folder can be edited after recon wrote it (or come from someone else): a file or
+    folder swapped for a link to a host path must make every reader fail, never read the host.
+    """
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ReconError(f"{rel!r} is not a path inside the snapshot")
+    fd = _open_at(os.fspath(root), _DIR_FLAGS, None, rel)
+    try:
+        for part in parts[:-1]:
+            nxt = _open_at(part, _DIR_FLAGS, fd, rel)
+            os.close(fd)
+            fd = nxt
+        leaf = _open_at(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, fd, rel)
+    finally:
+        os.close(fd)
+    with os.fdopen(leaf, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ReconError(f"{rel} in {root} is not a regular file (the snapshot folder was "
+                             "changed after recon wrote it; `recon snapshot verify` says how)")
+        return fh.read()
+
+
+def _open_at(name: str, flags: int, dir_fd: int | None, rel: str) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ReconError(f"{rel}: {name!r} is a link or not a folder inside the snapshot (the "
+                             "snapshot folder was changed after recon wrote it; `recon snapshot "
+                             "verify` says how)") from err
+        raise ReconError(f"cannot read {rel} of the snapshot: {err.strerror}") from err

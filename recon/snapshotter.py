@@ -127,7 +127,8 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     base_dir = Path(out) if out else snapshots_dir()
     os.close(open_output_folder(base_dir))
     image = open_source(source, packages=packages, platform=platform,
-                        max_layer_size=limits.max_layer_size, docker_read=docker_read,
+                        max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
+                        docker_read=docker_read,
                         python=python, progress=progress)
     try:
         # Stage in a scratch folder first: the final name depends on the version found.

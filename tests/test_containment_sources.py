@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
 import sys
 import tarfile
 import time
@@ -316,6 +317,10 @@ def test_the_ratio_cap_can_be_lifted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     plain.update(layer_bytes(PKG))
     layout = write_oci(tmp_path / "lay", [layer], diff_ids=["sha256:" + plain.hexdigest()])
     _fails(tmp_path, f"oci:{layout}", "--max-ratio", kind=UnsafeArchiveError)
+    cli = subprocess.run([sys.executable, "-m", "recon", "snapshot", f"oci:{layout}", "--out",
+                          str(tmp_path / "cli"), "--max-ratio", "0", "--quiet"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert cli.returncode == 0, cli.stderr  # the flag the error names lifts the cap
     monkeypatch.setenv("RECON_MAX_RATIO", "0")
     assert "vllm/__init__.py" in _ok(tmp_path, f"oci:{layout}")
 

@@ -31,6 +31,7 @@ from tests.imagekit import (
     SITE,
     LayerBuilder,
     snapshot_fingerprint,
+    snapshot_listed_fingerprint,
     tree_fingerprint,
     write_docker_archive,
 )
@@ -155,9 +156,10 @@ def test_hand_built_archive_has_the_crafted_cases(built: dict[str, object], tmp_
     # a file replaced the assets directory: its subtree is gone
     assert files["vllm/assets"].kind == "file"
     assert not [p for p in files if p.startswith("vllm/assets/")]
-    # links kept as links, absolute target untouched
-    assert files["vllm/abs_link.py"].kind == "symlink"
-    assert files["vllm/abs_link.py"].target == f"/{V}/envs.py"
+    # a link inside the package is kept as a link; an absolute target would resolve on the host,
+    # so it is listed as skipped with its target, untouched, and never written
+    assert "vllm/abs_link.py" not in files and not (snap.src / "vllm/abs_link.py").is_symlink()
+    assert snap.manifest["skipped"]["vllm/abs_link.py"]["target"] == f"/{V}/envs.py"
     assert (snap.src / "vllm/rel_link.py").is_symlink()
     # hardlink keeps its content although layer 4 deleted the target
     assert "vllm/hl_target.py" not in files
@@ -213,7 +215,7 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
         assert [{k: v for k, v in d.items() if k != "layer"} for d in snap.manifest["distributions"]] == \
             [{k: v for k, v in d.items() if k != "layer"} for d in first.manifest["distributions"]], label
         assert snap.manifest["package"] == first.manifest["package"], label
-        got = snapshot_fingerprint(snap)
+        got = snapshot_listed_fingerprint(snap)  # links out of the package: listed, not written
         missing = sorted(set(umoci_tree) - set(got))[:5]
         extra = sorted(set(got) - set(umoci_tree))[:5]
         assert not missing and not extra, (label, missing, extra)
@@ -313,7 +315,7 @@ def test_engine_source_package_only(loaded: str, umoci_tree: dict[str, tuple[str
     """--package-only reads the vllm folder alone: the same files as umoci's unpack of the
     whole image, the version from the package's own _version.py, no distributions list."""
     snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", docker_read="package")
-    assert snapshot_fingerprint(snap) == umoci_tree
+    assert snapshot_listed_fingerprint(snap) == umoci_tree
     assert snap.version == "0.33.0"
     assert snap.manifest["source"]["read"] == "package folders only"
     assert snap.manifest["distributions"] == []
@@ -353,7 +355,7 @@ def test_newer_engine_oci_form_of_docker_save(oci_layouts: dict[str, Path], tmp_
 
         tf.addfile(ti, io.BytesIO(data))
     snap = take_snapshot(f"docker-archive:{tar_path}", out=tmp_path / "s", package="vllm")
-    assert snapshot_fingerprint(snap) == umoci_tree
+    assert snapshot_listed_fingerprint(snap) == umoci_tree
     assert snap.manifest["layers"][1]["digest"] == man["layers"][1]["digest"]
 
 

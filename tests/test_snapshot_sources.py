@@ -52,7 +52,7 @@ def test_wheel_with_zip_slip_member(tmp_path: Path) -> None:
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_dir_source_keeps_links_as_links(tmp_path: Path) -> None:
+def test_dir_source_lists_links_out_of_the_package_and_never_writes_them(tmp_path: Path) -> None:
     site = tmp_path / "site"
     pkg = site / "vllm"
     pkg.mkdir(parents=True)
@@ -63,9 +63,12 @@ def test_dir_source_keeps_links_as_links(tmp_path: Path) -> None:
     os.symlink(secret, pkg / "leak.py")
     snap = take_snapshot(f"dir:{site}", out=tmp_path / "out")
     assert snap.version == "1.2.3"
-    assert snap.files["vllm/leak.py"].kind == "symlink"
-    assert snap.files["vllm/leak.py"].target == str(secret)
-    assert (snap.src / "vllm/leak.py").is_symlink()
+    # a link leaving the package is recorded with its target, never written: no later reader of
+    # the snapshot can reach the host file through it
+    assert "vllm/leak.py" not in snap.files
+    assert snap.manifest["skipped"]["vllm/leak.py"]["target"] == str(secret)
+    assert snap.manifest["skipped"]["vllm/leak.py"]["reason"] == "points outside the package"
+    assert not (snap.src / "vllm/leak.py").is_symlink() and not (snap.src / "vllm/leak.py").exists()
     assert snap.files["vllm/a.py"].sha256 == hashlib.sha256(b"A = 1\n").hexdigest()
     # the package folder itself works too
     snap2 = take_snapshot(f"dir:{pkg}", out=tmp_path / "out", name="again")

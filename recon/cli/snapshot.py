@@ -137,7 +137,8 @@ def snapshot_cmd(
     python: str | None = typer.Option(None, "--python", help="The image's interpreter to decide among several copies."),
     max_file_size: str = typer.Option("512M", "--max-file-size", help="Refuse package files larger than this."),
     max_total_size: str = typer.Option("16G", "--max-total-size", help="Refuse packages larger than this in total."),
-    max_layer_size: str = typer.Option("256G", "--max-layer-size", help="Refuse layers that decompress past this."),
+    max_layer_size: str = typer.Option("64G", "--max-layer-size", help="Refuse layers that decompress past this."),
+    max_ratio: float = typer.Option(None, "--max-ratio", min=0.0, help="Refuse a compressed layer or wheel that expands past this many times its size (never below 1 GiB; default 100, or RECON_MAX_RATIO; 0: no ratio cap)."),
     force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
     insecure: bool = typer.Option(False, "--insecure", help="registry: plain HTTP, loopback registries only."),
     layers: bool = typer.Option(False, "--layers", help="docker: read the layers through `docker save` (a temporary copy of the image under the cache) to record the layer each file came from."),
@@ -184,7 +185,7 @@ def snapshot_cmd(
         os.environ["RECON_REGISTRY_INSECURE"] = "1"
     limits = CaptureLimits(_parse_size(max_file_size, "--max-file-size"),
                            _parse_size(max_total_size, "--max-total-size"),
-                           _parse_size(max_layer_size, "--max-layer-size"))
+                           _parse_size(max_layer_size, "--max-layer-size"), max_ratio=max_ratio)
     show_progress = not (as_json or quiet) and err_console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=err_console, transient=True,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshot import FileRecord, Snapshot
+from ..snapshot import FileRecord, Snapshot, read_inside
 from .cache import IndexCache, decode, default_root, encode, new_pack_name, write_pack
 from .models import IndexStats
 from .snapshot_index import SnapshotIndex, assemble
@@ -56,25 +56,26 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _parse_one(path: str) -> tuple[str, str]:
+def _parse_one(src: str, rel: str) -> tuple[str, str]:
     """Parse one file: ``(sha256 of the bytes parsed, record JSON)``.
 
     The key is computed from the very bytes that were parsed, so a file
     edited between the lookup and the parse is still stored under the key of
-    what the record describes.
+    what the record describes. Read without following links (a snapshot
+    folder edited to hold a host link is an error record, not a host read).
     """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        return "", encode({"v": None, "error": f"OSError: {err.strerror}", "lines": 0})
+        data = read_inside(src, rel)
+    except ReconError as err:
+        return "", encode({"v": None, "error": str(err), "lines": 0})
     return hashlib.sha256(data).hexdigest(), encode(index_source(data))
 
 
-def _parse_batch(paths: list[str], cache_root: str | None, pack: str) -> list[tuple[str, str]]:
+def _parse_batch(src: str, paths: list[str], cache_root: str | None,
+                 pack: str) -> list[tuple[str, str]]:
     """Worker body: parse a batch, store it as one cache pack, return ``(sha256, record JSON)``s."""
     gc.disable()  # the worker's own objects hold no cycles; see module docstring
-    parsed = [_parse_one(path) for path in paths]
+    parsed = [_parse_one(src, path) for path in paths]
     if cache_root is not None:
         # unreadable files (record version None) are not cached: the next run retries them
         write_pack(Path(cache_root), pack, ((sha, text) for sha, text in parsed
@@ -136,7 +137,7 @@ def _collect(snap: Snapshot, files: list[FileRecord], store: IndexCache, workers
     manifest's: a snapshot file edited after it was taken is indexed as it
     is (and listed as edited), never served from the record of its old bytes.
     """
-    shas = {f.path: _sha256(snap.path(f.path)) for f in files}
+    shas = {f.path: _sha256(snap.src, f.path) for f in files}
     edited = [f.path for f in files if f.sha256 and shas[f.path] != f.sha256]
     found = store.get_many(s for s in shas.values() if s)
     records: dict[str, tuple[str, str, dict[str, Any]]] = {}
@@ -171,7 +172,7 @@ def _parse_all(snap: Snapshot, misses: list[tuple[str, int]], workers: int,
     if workers <= 0 or len(misses) < POOL_THRESHOLD:
         stats.workers = 0
         pack = new_pack_name()
-        parsed = _parse_batch([f"{src}/{p}" for p, _ in misses], cache_root, pack)
+        parsed = _parse_batch(src, [p for p, _ in misses], cache_root, pack)
         for (path, _), (sha, text) in zip(misses, parsed, strict=True):
             yield path, sha, text, pack
         return
@@ -181,7 +182,7 @@ def _parse_all(snap: Snapshot, misses: list[tuple[str, int]], workers: int,
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
     with ProcessPoolExecutor(max_workers=stats.workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_parse_batch, [f"{src}/{p}" for p in batch], cache_root, pack)
+        futures = [pool.submit(_parse_batch, src, list(batch), cache_root, pack)
                    for batch, pack in zip(batches, packs, strict=True)]
         for batch, pack, fut in zip(batches, packs, futures, strict=True):
             for path, (sha, text) in zip(batch, fut.result(), strict=True):
@@ -198,10 +199,9 @@ def _unreadable(text: str) -> dict[str, Any]:
     return {"v": None, "error": err or "unreadable index record", "lines": 0}
 
 
-def _sha256(path: Path) -> str:
-    """sha256 of the file's bytes now ("" if unreadable: a miss, and the parse reports why)."""
+def _sha256(src: Path, rel: str) -> str:
+    """sha256 of the file's bytes now ("" if unreadable or a link: a miss, and the parse says why)."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_inside(src, rel)).hexdigest()
+    except ReconError:
         return ""

@@ -26,6 +26,10 @@ from .quantities import QUANTITIES
 
 _SNIFF = 8192  # bytes looked at for NUL bytes before a file is read as a log
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: Terminal commands a log can carry (window titles, hyperlinks: OSC ... BEL/ST), dropped like colours.
+_OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+#: Other control characters are shown, never sent: a log is untrusted input to a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # stamps added outside the engine: `docker logs -t` / `kubectl logs --timestamps` (ISO), and
 # collectors that write "2026-05-01 19:08:28.357 | " before each line
 _OUTER_TS = re.compile(r"^\d{4}-\d\d-\d\d(?:T\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+|"
@@ -53,6 +57,7 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 def split_prefix(no: int, raw: str) -> LogLine:
     """Take the engine's prefix (process, level, time, file:line) off one line."""
     text = _ANSI.sub("", raw.rstrip("\r\n")).rsplit("\r", 1)[-1]  # a progress bar's last state
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _OSC.sub("", text))
     text = _OUTER_TS.sub("", text)
     m = _VLLM.match(text)
     if m:

@@ -12,7 +12,7 @@ import os
 
 from ..errors import ReconError
 from ..index.visitor import MAX_MODULE_BYTES
-from ..snapshot import Snapshot
+from ..snapshot import Snapshot, read_inside
 from .units import ModuleModel, parse_module
 
 _CACHE: dict[tuple[str, int, int], ModuleModel] = {}
@@ -52,7 +52,7 @@ class ModuleSet:
         rel, is_pkg = entry
         path = self.snapshot.src / rel
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)  # a link is refused by read_inside below
         except OSError as err:
             self.parse_errors[module] = str(err)
             return None
@@ -64,7 +64,8 @@ class ModuleSet:
         model = _CACHE.get(key)
         if model is None:
             try:
-                model = parse_module(module, rel, path.read_bytes(), is_package=is_pkg)
+                model = parse_module(module, rel, read_inside(self.snapshot.src, rel),
+                                     is_package=is_pkg)
             except (SyntaxError, ValueError, RecursionError, OSError) as err:
                 self.parse_errors[module] = f"{type(err).__name__}: {err}"
                 return None
