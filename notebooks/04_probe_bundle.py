@@ -16,7 +16,7 @@
 #
 # Field notes, probes: the safe way to watch an engine at runtime is a
 # `sitecustomize.py` on `PYTHONPATH`, imported by every process, workers included;
-# each hook wraps, logs and returns the original result unchanged, and never raises.
+# each target is instrumented in place, logs and returns the original result unchanged, and never raises.
 #
 # In production the bundle is mounted into the container
 # (`-v bundle:/opt/recon-probe:ro -e PYTHONPATH=/opt/recon-probe`). Here there is no
