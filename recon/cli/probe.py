@@ -61,7 +61,10 @@ def new(
                       self_attrs=list(self_attr), exprs=list(expr), env=list(env), first=first,
                       every=every, max_bytes=max_bytes, log_dir=log_dir, only_argv=only_argv,
                       skip_argv=skip_argv)
-    bundle = new_bundle(out, spec, snapshot=snapshot, force=force)
+    from ..snapcache import ensure_snapshot  # a snapshot name, or any SOURCE (pip:vllm==X)
+
+    bundle = new_bundle(out, spec, snapshot=ensure_snapshot(snapshot) if snapshot else None,
+                        force=force)
     if as_json:
         emit_json({"bundle": str(bundle.path), "spec": spec.to_json(),
                    "checks": [c.to_json() for c in bundle.checks]})
