@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import resource
 import sys
 import time
 import traceback
@@ -604,6 +605,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     out["ran"] = prov.functions()
     out["seconds"] = {"import": round(imported - start, 2),
                       "decide": round(time.monotonic() - imported, 2)}
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 
 

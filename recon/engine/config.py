@@ -64,6 +64,7 @@ class EngineFacts:
     warnings: list[dict[str, Any]]
     seconds: dict[str, float]
     env: dict[str, Any]
+    peak_rss_mb: float = 0.0
     log: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -73,7 +74,8 @@ class EngineFacts:
                 "attention_backends": self.attention_backends,
                 "block_size_stage": self.block_size_stage,
                 "assumptions": self.assumptions, "replaced": self.replaced,
-                "warnings": self.warnings, "seconds": self.seconds, "env": self.env,
+                "warnings": self.warnings, "seconds": self.seconds, "peak_rss_mb": self.peak_rss_mb,
+                "env": self.env,
                 "ran": self.ran}
 
 
@@ -230,5 +232,6 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         warnings=result.get("errors", []),
         seconds={**seconds, **result.get("seconds", {}),
                  "env_built": renv.built_seconds},
+        peak_rss_mb=float(result.get("peak_rss_mb") or 0.0),
         env={"root": str(renv.root), "installed": len(renv.record.get("installed", []))},
         log=result.get("log", []))

@@ -1,0 +1,247 @@
+"""Engine mode: the release's own parser, config and worker decisions, on a declared GPU.
+
+Expected numbers come from the engine itself: the real vLLM 0.26.0 engine's
+logs on an H200 (``tests/data/logs/real``), public start-up logs
+(``tests/data/public-logs``) and, for the MTP capture-size rounding, the
+release's own ``adjust_cudagraph_sizes_for_spec_decode`` result quoted in the
+field notes. Real wheels, real imports, a real sandboxed child. The release
+environments and snapshots are built once (session fixtures, recon's cache).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recon.engine import child
+from recon.engine.config import (
+    EngineFacts,
+    EngineUsageError,
+    compiled_modules,
+    engine_config,
+    serve_argv,
+)
+from recon.engine.env import requirements, skip_reason
+from recon.engine.gpus import GPUS, UnknownGPU, gpu
+from recon.snapshot import Snapshot
+
+DATA = Path(__file__).parent / "data"
+REAL = DATA / "logs" / "real"
+EXAMPLES = Path(__file__).parent.parent / "examples" / "configs"
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# -- the child module, without the sandbox or vLLM -----------------------------------------
+
+def test_empty_extensions_answer_only_listed_names() -> None:
+    finder = child.EmptyExtensions(["pkg._C"])
+    assert finder.find_spec("pkg._C") is not None
+    assert finder.find_spec("pkg.other") is None
+    module = finder.create_module(finder.find_spec("pkg._C"))
+    assert module.__name__ == "pkg._C" and finder.hits == ["pkg._C"]
+
+
+def test_log_records_keep_the_engine_numbers() -> None:
+    import logging
+
+    handler = child.LogRecords()
+    record = logging.LogRecord("vllm.platforms.interface", logging.INFO, "f", 1,
+                               "Padding mamba page size by %.2f%% to ensure ...", (1.4925,), None)
+    handler.emit(record)
+    assert handler.numbers() == {"mamba_padding_pct": 1.4925}
+
+
+def test_jsonable_keeps_numbers_and_names_enums() -> None:
+    import enum
+
+    class Mode(enum.Enum):
+        FULL = 2
+
+    assert child.jsonable({"a": [1, 2.5, Mode.FULL, None]}) == {"a": [1, 2.5, "FULL", None]}
+
+
+def test_provenance_sees_only_calls_under_the_root(tmp_path: Path) -> None:
+    src = tmp_path / "mod_prov.py"
+    src.write_text("def f():\n    return 1\n")
+    code = compile(src.read_text(), str(src), "exec")
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - our own two lines
+    prov = child.Provenance(str(tmp_path))
+    with prov.active():
+        ns["f"]()
+        len([1])
+    assert [(f["file"], f["qualname"], f["first_line"]) for f in prov.functions()] == \
+        [("mod_prov.py", "f", 1)]
+
+
+def test_single_rank_group_sizes_and_refuses_communication() -> None:
+    group = child.SingleRankGroup("tp", 4)
+    assert (group.world_size, group.rank_in_group, group.device_group.size()) == (4, 0, 4)
+    with pytest.raises(RuntimeError, match="all_reduce"):
+        group.all_reduce  # noqa: B018
+    parallel = types.SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1,
+                                     data_parallel_size=1)
+    assert child.group_sizes(parallel)["_TP"] == 2
+
+
+def test_gpu_methods_answer_for_the_declared_board() -> None:
+    methods = child._gpu_methods({**GPUS["l40s"].as_json(), "count": 8},
+                                 lambda major, minor: (major, minor))
+    cls = type("P", (), methods)
+    assert cls.get_device_capability() == (8, 9)
+    assert cls.has_device_capability(89) and not cls.has_device_capability(90)
+    assert cls.get_device_total_memory() == 46068 << 20
+    assert cls.device_count() == 8
+
+
+def test_gpu_table() -> None:
+    assert gpu("A100") is GPUS["a100-80"]
+    assert gpu("mi300x").platform == "rocm"
+    with pytest.raises(UnknownGPU):
+        gpu("tpu")
+
+
+def test_serve_argv_keeps_the_command_as_typed() -> None:
+    assert serve_argv("vllm serve M --tensor_parallel 2 -O0 --speculative-config.method mtp") \
+        == ["M", "--tensor_parallel", "2", "-O0", "--speculative-config.method", "mtp"]
+
+
+def test_requirements_follow_markers_and_skip_gpu_only() -> None:
+    meta = ("Metadata-Version: 2.1\nName: x\nRequires-Dist: regex\n"
+            "Requires-Dist: torch==2.14.0\nRequires-Dist: flashinfer-python==0.7\n"
+            "Requires-Dist: pandas; extra == \"bench\"\n"
+            "Requires-Dist: six; python_version > \"3.99\"\n")
+    names = [r.name for r in requirements(meta)]
+    assert names == ["regex", "torch", "flashinfer-python"]
+    assert skip_reason("torch") and skip_reason("flashinfer-python") and not skip_reason("regex")
+
+
+# -- the real releases ------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def vllm_026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot("vllm==0.26.0")
+
+
+def _flags(kwargs: dict) -> str:
+    """LLM(...) keyword arguments of a real run as the equivalent command line."""
+    out = ["vllm", "serve", "MODEL"]
+    for key, value in kwargs.items():
+        if key in ("model", "load_format", "skip_tokenizer_init"):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        else:
+            out += [flag, "'" + json.dumps(value) + "'" if isinstance(value, dict) else str(value)]
+    return " ".join(out)
+
+
+def _real_case(name: str) -> tuple[dict, dict]:
+    """(LLM kwargs, what the engine logged) of one real H200 run of vLLM 0.26.0."""
+    text = (REAL / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    kwargs = json.loads(re.search(r"^CASE \S+ LLM kwargs (\{.*\})$", text, re.M).group(1))
+    logged: dict = {}
+    if m := re.search(r"Setting attention block size to (\d+) tokens", text):
+        logged["block"] = int(m.group(1))
+    if m := re.search(r"Padding mamba page size by ([\d.]+)%", text):
+        logged["padding"] = float(m.group(1))
+    if m := re.search(r"'cudagraph_capture_sizes': (\[[\d, ]*\])", text):
+        logged["sizes"] = json.loads(m.group(1))
+    if m := re.search(r"enable_prefix_caching=(True|False)", text):
+        logged["prefix"] = m.group(1) == "True"
+    if m := re.search(r"max_num_batched_tokens=(\d+)", text):
+        logged["batched"] = int(m.group(1))
+    return kwargs, logged
+
+
+def _model_config(kwargs: dict) -> dict:
+    return _json(REAL / "configs" / (Path(kwargs["model"]).name + ".json"))
+
+
+@pytest.mark.parametrize("case", ["Q_default", "Q_prefix", "N_default", "N_prefix", "L_capture"])
+def test_real_h200_runs_of_026(vllm_026: Snapshot, case: str) -> None:
+    kwargs, logged = _real_case(case)
+    facts = engine_config(vllm_026, _flags(kwargs), _model_config(kwargs), gpu="h200",
+                          usage="llm")
+    got = facts.as_json()
+    if "block" in logged:
+        assert got["attention_block_size_logged"] == logged["block"]
+        assert round(got["mamba_padding_pct"], 2) == logged["padding"]
+    assert got["cudagraph_capture_sizes"] == logged["sizes"]
+    assert got["enable_prefix_caching"] is logged["prefix"]
+    assert got["max_num_batched_tokens"] == logged["batched"]
+    if kwargs.get("enable_prefix_caching") and "block" in logged:
+        assert got["mamba_cache_mode"] == "align"
+    assert any(f["file"] == "vllm/engine/arg_utils.py" and f["sha256"] for f in facts.ran)
+
+
+def test_026_fp8_kv_on_h200(vllm_026: Snapshot) -> None:
+    # the real engine on the H200 (shared/gpu-engine README): 1072 and no padding with fp8 KV
+    facts = engine_config(vllm_026, "vllm serve M --gdn-prefill-backend triton "
+                          "--max-model-len 4096 --kv-cache-dtype fp8",
+                          _json(REAL / "configs" / "qwen3next.json"), gpu="h200", usage="llm")
+    assert facts.facts["attention_block_size"] == 1072
+    assert "mamba_padding_pct" not in facts.logged
+
+
+@pytest.fixture(scope="session")
+def qwen3_next_033(vllm_latest: Snapshot) -> Callable[[str], EngineFacts]:
+    cache: dict[str, EngineFacts] = {}
+    cfg = _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json")
+
+    def run(flags: str) -> EngineFacts:
+        if flags not in cache:
+            cache[flags] = engine_config(vllm_latest, "vllm serve Qwen/Qwen3-Next " + flags, cfg)
+        return cache[flags]
+
+    return run
+
+
+def test_033_argparse_forms_are_the_engines(qwen3_next_033: Callable[[str], EngineFacts]) -> None:
+    facts = qwen3_next_033("--tensor_parallel 2 -O0")
+    assert facts.facts["tensor_parallel_size"] == 2
+    assert facts.facts["compilation_mode"] == 0
+    assert facts.facts["cudagraph_mode"] == "NONE"
+    assert "GPU: NVIDIA H100 80GB HBM3 (sm90, 79.6 GiB) -- not given, h100 assumed" \
+        in facts.assumptions
+
+
+def test_033_unknown_flag_is_the_releases_error(vllm_latest: Snapshot) -> None:
+    with pytest.raises(EngineUsageError, match="unrecognized arguments: --no-such-flag") as err:
+        engine_config(vllm_latest, "vllm serve M --no-such-flag 3",
+                      _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json"))
+    assert err.value.exit_code == 2
+
+
+def test_033_mtp_rounds_capture_sizes(qwen3_next_033: Callable[[str], EngineFacts]) -> None:
+    # field notes / README: 0.33.0's adjust_cudagraph_sizes_for_spec_decode gives [4,...,64]
+    facts = qwen3_next_033("--max-num-seqs 16 --speculative-config.method mtp "
+                           "--speculative-config.num_speculative_tokens 3 "
+                           "-cc '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64]}'")
+    assert facts.facts["speculative_method"] == "mtp"
+    assert facts.facts["num_speculative_tokens"] == 3
+    assert facts.facts["cudagraph_capture_sizes"] == [4, 8, 16, 32, 64]
+
+
+def test_033_prefix_caching_and_fp8(qwen3_next_033: Callable[[str], EngineFacts]) -> None:
+    on, off = qwen3_next_033(""), qwen3_next_033("--no-enable-prefix-caching")
+    assert on.facts["enable_prefix_caching"] is True and on.facts["mamba_cache_mode"] == "align"
+    assert off.facts["enable_prefix_caching"] is False
+    fp8 = qwen3_next_033("--no-enable-prefix-caching --kv-cache-dtype fp8")
+    assert fp8.facts["kv_cache_dtype"] == "fp8"
+    assert fp8.facts["attention_block_size"] != off.facts["attention_block_size"]
+    assert on.replaced["compiled_modules"] and on.replaced["confinement"]["os_sandbox"] == "bwrap"
+
+
+def test_compiled_modules_from_the_manifest(vllm_latest: Snapshot) -> None:
+    names = compiled_modules(vllm_latest)
+    assert "vllm.vllm_flash_attn._vllm_fa3_C" in names and "vllm._C_stable_libtorch" in names
