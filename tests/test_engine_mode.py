@@ -160,6 +160,12 @@ def _real_case(name: str) -> tuple[dict, dict]:
         logged["prefix"] = m.group(1) == "True"
     if m := re.search(r"max_num_batched_tokens=(\d+)", text):
         logged["batched"] = int(m.group(1))
+    if m := re.search(r"Available KV cache memory: ([\d.]+) GiB", text):
+        logged["kv_gib"] = float(m.group(1))
+    if m := re.search(r"GPU KV cache size: ([\d,]+) tokens", text):
+        logged["tokens"] = int(m.group(1).replace(",", ""))
+    if m := re.search(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text):
+        logged["concurrency"] = float(m.group(1))
     return kwargs, logged
 
 
@@ -171,8 +177,11 @@ def _model_config(kwargs: dict) -> dict:
 def test_real_h200_runs_of_026(vllm_026: Snapshot, case: str) -> None:
     kwargs, logged = _real_case(case)
     facts = engine_config(vllm_026, _flags(kwargs), _model_config(kwargs), gpu="h200",
-                          usage="llm")
+                          usage="llm", kv_memory_gib=logged["kv_gib"])
     got = facts.as_json()
+    # the log rounds the available memory to 0.01 GiB: tokens agree to that precision
+    assert got["kv_cache_tokens"] == pytest.approx(logged["tokens"], rel=2e-4)
+    assert got["max_concurrency"] == pytest.approx(logged["concurrency"], rel=2e-4)
     if "block" in logged:
         assert got["attention_block_size_logged"] == logged["block"]
         assert round(got["mamba_padding_pct"], 2) == logged["padding"]

@@ -26,6 +26,9 @@ LABELS = (
     ("max_cudagraph_capture_size", "max cudagraph capture size"),
     ("cudagraph_capture_sizes", "cudagraph capture sizes"),
     ("block_size_stage", "block size decided in"),
+    ("kv_cache_tokens", "KV cache tokens"),
+    ("max_concurrency", "max concurrency"),
+    ("kv_spec_kinds", "KV cache specs"),
 )
 
 HELP = """Let the release build its own VllmConfig for your command line, on a declared GPU.
@@ -43,6 +46,7 @@ def engine_config_cmd(
     gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
+    kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -62,7 +66,7 @@ def engine_config_cmd(
         raise ReconError(f"cannot read {config}: {err}") from err
     snap = ensure_snapshot(snapshot)
     facts = engine_config(snap, flags, cfg, gpu=gpu, usage="llm" if llm else "serve",
-                          env=extra, sandbox=not no_sandbox)
+                          env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
     if as_json:
         emit_json(facts.as_json())
         return

@@ -42,7 +42,8 @@ from typing import Any
 #: log templates whose first argument is a number the engine printed (key, template prefix)
 LOGGED = (("attention_block_size_logged", "Setting attention block size to"),
           ("mamba_padding_pct", "Padding mamba page size by"),
-          ("kv_block_size_logged", "Setting kv cache block size to"))
+          ("kv_block_size_logged", "Setting kv cache block size to"),
+          ("kv_cache_tokens_logged", "GPU KV cache size:"))
 
 
 class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -102,7 +103,10 @@ class LogRecords(logging.Handler):
         for rec in self.records:
             for key, prefix in LOGGED:
                 if rec["template"].startswith(prefix) and rec["args"]:
-                    out[key] = rec["args"][0]
+                    value = rec["args"][0]
+                    out[key] = int(value.replace(",", "")) if isinstance(value, str) else value
+            if rec["template"].startswith("Maximum concurrency for") and len(rec["args"]) > 1:
+                out["max_concurrency_logged"] = rec["args"][1]
         return out
 
 
@@ -384,6 +388,45 @@ def build_layers(config: Any) -> dict[str, Any]:
             "cuda_objects": cuda_objects}
 
 
+class RunnerView:
+    """The model runner as its ``get_kv_cache_spec`` sees it: the config and two registries.
+
+    The release's own method is called unbound on this view (the GPU model
+    runner itself allocates device buffers in ``__init__``); an attribute the
+    method needs and this view lacks is an error naming it.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.vllm_config = config
+        self.shared_kv_cache_layers: dict[str, str] = {}
+        self.runner_only_attn_layers: set[str] = set()
+
+    def __getattr__(self, item: str) -> Any:
+        config = self.__dict__["vllm_config"]
+        if item.endswith("_config") and hasattr(config, item):
+            return getattr(config, item)
+        raise AttributeError(f"recon engine mode: the model runner view has no {item!r}")
+
+
+def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any]) -> None:
+    """KV cache specs per layer and the release's KV cache config for ``kv_bytes``."""
+    runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+    spec = runner.get_kv_cache_spec(RunnerView(config))
+    planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
+    kv_configs = _find(planning, "get_kv_cache_configs")(config, [spec], [int(kv_bytes)])
+    kv = kv_configs[0]
+    per_token = sum(s.page_size_bytes / s.block_size for s in spec.values()
+                    if getattr(s, "block_size", None))
+    out["kv"] = {"num_blocks": int(kv.num_blocks), "layers_with_kv": len(spec),
+                 "spec_kinds": sorted({type(s).__name__ for s in spec.values()}),
+                 "page_bytes_per_token_all_layers": per_token,
+                 "kv_cache_groups": len(kv.kv_cache_groups)}
+    with contextlib.suppress(LookupError):
+        capacity = _find(("vllm.v1.core.kv_cache_utils",), "get_kv_cache_capacity")
+        tokens, concurrency = capacity(config, kv)
+        out["kv"].update(kv_cache_tokens=int(tokens), max_concurrency=float(concurrency))
+
+
 def backends(config: Any) -> dict[str, str]:
     """Attention backend per layer class, as the layers the release built report them."""
     out: dict[str, str] = {}
@@ -453,6 +496,12 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
                               "traceback": traceback.format_exc()[-3000:]})
         return
     out["attention_backends"] = backends(config)
+    if out.get("kv_memory_bytes"):
+        try:
+            kv_phase(config, int(out["kv_memory_bytes"]), out)
+        except Exception as err:  # noqa: BLE001 - reported: no KV numbers
+            out["errors"].append({"stage": "kv_phase", "error": f"{type(err).__name__}: {err}",
+                                  "traceback": traceback.format_exc()[-3000:]})
 
 
 class MissingOp:
@@ -578,7 +627,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
 def answer(req: dict[str, Any]) -> dict[str, Any]:
     """The whole engine-mode run for one request (see the module docstring)."""
     start = time.monotonic()
-    out: dict[str, Any] = {"ok": False, "errors": []}
+    out: dict[str, Any] = {"ok": False, "errors": [], "kv_memory_bytes": req.get("kv_memory_bytes")}
     finder, handler, platform = prepare(req)
     imported = time.monotonic()
     prov = Provenance(req["src"])

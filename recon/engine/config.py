@@ -129,7 +129,8 @@ def _request(snapshot: Snapshot, argv: list[str], config_json: dict[str, Any], g
     return {"src": str(snapshot.src), "compiled": compiled_modules(snapshot), "argv": argv,
             "config": config_json, "model_dir": str(work / "model"), "usage": usage,
             "gpu": {**gpu.as_json(), "count": gpu_count}, "package": snapshot.package,
-            "version": snapshot.version, "metadata": snapshot_metadata(snapshot)}
+            "version": snapshot.version, "metadata": snapshot_metadata(snapshot),
+            "kv_memory_bytes": None}
 
 
 def _child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:
@@ -182,7 +183,8 @@ def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[s
 def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *,
                   gpu: str | None = None, usage: str = "serve",
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
-                  timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
+                  kv_memory_gib: float | None = None, timeout: float = 600.0,
+                  sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
     Raises :class:`EngineUsageError` where the release's parser refuses the
@@ -200,12 +202,25 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
         request = _request(snapshot, serve_argv(flags), config_json, board, gpu_count, usage,
                            work)
         request["env"] = env
+        if kv_memory_gib is not None:
+            request["kv_memory_bytes"] = int(kv_memory_gib * (1 << 30))
         result = run_child(release_environment, snapshot, request, root=root, work=work,
                            timeout=timeout, sandbox=sandbox)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
                   {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
+
+
+def _kv_facts(kv: dict[str, Any] | None) -> dict[str, Any]:
+    """KV numbers under their identifiers (absent keys: the release did not give them)."""
+    if not kv:
+        return {}
+    out = {k: kv[k] for k in ("kv_cache_tokens", "max_concurrency") if k in kv}
+    out["kv_num_blocks"] = kv.get("num_blocks")
+    out["kv_spec_kinds"] = kv.get("spec_kinds")
+    out["kv_layers"] = kv.get("layers_with_kv")
+    return out
 
 
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
@@ -224,7 +239,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         replaced["process_groups"] = result["layers"].get("groups", [])
     return EngineFacts(
         release=f"{snapshot.package} {snapshot.version}", gpu=board, usage=usage,
-        facts=result.get("facts", {}), logged=result.get("logged", {}),
+        facts={**result.get("facts", {}), **_kv_facts(result.get("kv"))},
+        logged=result.get("logged", {}),
         assumptions=_assumptions(board, explicit, count, usage), replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),
         attention_backends=result.get("attention_backends", {}),

@@ -65,7 +65,7 @@ GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
 TORCH_COMPANIONS = ("triton",)
 _ROUNDS = 6
 #: bumped when the way an environment is built changes (old ones are then rebuilt)
-ENV_FORMAT = "4"
+ENV_FORMAT = "5"
 
 
 class EnvError(ReconError):
@@ -107,8 +107,13 @@ def wheel_metadata(wheel: Path) -> str:
 def requirements(metadata_text: str, extras: Iterable[str] = ()) -> list[Requirement]:
     """``Requires-Dist`` entries that apply to this interpreter (markers evaluated)."""
     msg = Parser().parsestr(metadata_text, headersonly=True)
+    return applicable(msg.get_all("Requires-Dist") or [], extras)
+
+
+def applicable(lines: Iterable[str], extras: Iterable[str] = ()) -> list[Requirement]:
+    """The requirement lines whose markers hold here, for the base and the given extras."""
     out = []
-    for line in msg.get_all("Requires-Dist") or []:
+    for line in lines:
         try:
             req = Requirement(line)
         except InvalidRequirement:
@@ -183,8 +188,7 @@ def _missing(paths: list[str], wanted: list[Requirement],
             extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
         todo = list(wanted)
         for name, dist in have.items():
-            with contextlib.suppress(Exception):
-                todo += requirements(str(dist.metadata), sorted(extras.get(name, ())))
+            todo += applicable(dist.requires or [], sorted(extras.get(name, ())))
     out: dict[str, Requirement] = {}
     for req in todo:
         n = canonicalize_name(req.name)
