@@ -469,6 +469,9 @@ def facts(config: Any) -> dict[str, Any]:
                                             "max_capture_size"),
         "cudagraph_mode": _attr(comp, "cudagraph_mode"),
         "compilation_mode": _attr(comp, "mode", "level"),
+        # the model runner later resolves mode and sizes against the backends (spec-decode
+        # rounding, FULL downgrades): not run in engine mode yet, so say where these come from
+        "cudagraph_stage": "create_engine_config",
         "tensor_parallel_size": _attr(config.parallel_config, "tensor_parallel_size"),
         "speculative_method": _attr(spec, "method"),
         "num_speculative_tokens": _attr(spec, "num_speculative_tokens"),
