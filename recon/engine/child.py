@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import inspect
 import io
 import json
 import logging
@@ -408,12 +409,38 @@ class RunnerView:
         raise AttributeError(f"recon engine mode: the model runner view has no {item!r}")
 
 
+def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any]) -> None:
+    """Where the release resolves one KV cache layout in the engine core, do the same.
+
+    The worker's ``get_supported_kv_cache_layouts`` and ``set_kv_cache_layout``
+    (called on the runner view: they read only the config) and the core's
+    ``resolve_kv_cache_layout``; releases without them skip this step.
+    """
+    try:
+        utils = importlib.import_module("vllm.v1.attention.backends.utils")
+        worker = importlib.import_module("vllm.v1.worker.worker_base").WorkerBase
+        resolve = utils.resolve_kv_cache_layout
+        supported, assign = worker.get_supported_kv_cache_layouts, worker.set_kv_cache_layout
+    except (ImportError, AttributeError):
+        return
+    view = RunnerView(config)
+    layout = resolve(config, [supported(view)], list(spec.values()))
+    assign(view, layout.name, config.parallel_config.cp_kv_cache_interleave_size)
+    out["kv_cache_layout"] = layout.name
+
+
 def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any]) -> None:
     """KV cache specs per layer and the release's KV cache config for ``kv_bytes``."""
     runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
     spec = runner.get_kv_cache_spec(RunnerView(config))
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
-    kv_configs = _find(planning, "get_kv_cache_configs")(config, [spec], [int(kv_bytes)])
+    resolve_layout(config, spec, out)
+    get_configs = _find(planning, "get_kv_cache_configs")
+    args: list[Any] = [config, [spec], [int(kv_bytes)]]
+    if "global_kv_cache_groups" in inspect.signature(get_configs).parameters:
+        # newer releases: the engine core first groups the specs of all workers
+        args.append(_find(planning, "get_global_kv_cache_groups")(config, [spec]))
+    kv_configs = get_configs(*args)
     kv = kv_configs[0]
     per_token = sum(s.page_size_bytes / s.block_size for s in spec.values()
                     if getattr(s, "block_size", None))
