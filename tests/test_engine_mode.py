@@ -259,3 +259,35 @@ def test_033_prefix_caching_and_fp8(qwen3_next_033: Callable[[str], EngineFacts]
 def test_compiled_modules_from_the_manifest(vllm_latest: Snapshot) -> None:
     names = compiled_modules(vllm_latest)
     assert "vllm.vllm_flash_attn._vllm_fa3_C" in names and "vllm._C_stable_libtorch" in names
+
+
+# -- public start-up logs (tests/data/public-logs: numbers vLLM printed, commands as typed) ----
+
+def _dev_case(case_id: str) -> dict:
+    cases = _json(DATA / "public-logs" / "cases-dev.json")["cases"]
+    return next(c for c in cases if c["id"] == case_id)
+
+
+@pytest.fixture(scope="session")
+def granite_019(pip_snapshot: Callable[..., Snapshot]) -> EngineFacts:
+    """PA1 and KV1: one log of vLLM 0.19.0 (FA2: an sm8x board, declared as an A100)."""
+    case = _dev_case("KV1")
+    cfg = _json(DATA / "public-logs" / "configs" / case["config"])
+    return engine_config(pip_snapshot("vllm==0.19.0"), case["flags"], cfg, gpu="a100-80",
+                         kv_memory_gib=case["logged"]["available_kv_gib"])
+
+
+def test_public_log_pa1_page_alignment_019(granite_019: EngineFacts) -> None:
+    logged = _dev_case("PA1")["logged"]
+    assert granite_019.logged["attention_block_size_logged"] == logged["block"]
+    assert f"{granite_019.logged['mamba_padding_pct']:.2f}%" == logged["padding"]
+
+
+def test_public_log_kv1_capacity_019(granite_019: EngineFacts) -> None:
+    logged = _dev_case("KV1")["logged"]
+    block = granite_019.logged["attention_block_size_logged"]
+    # the log rounds the available memory to 0.01 GiB (here about a third of a block)
+    assert abs(granite_019.logged["kv_cache_tokens_logged"] - logged["tokens"]) <= block
+    assert granite_019.logged["max_concurrency_logged"] == pytest.approx(logged["concurrency"],
+                                                                         rel=1e-2)
+    assert granite_019.facts["max_model_len"] == logged["max_model_len"]

@@ -676,7 +676,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         out["errors"].append({"stage": "config", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-4000:]})
     out["logged"] = handler.numbers()
-    out["log"] = handler.records[-200:]
+    out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": probes,
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
                        "platform": f"{type(platform).__mro__[1].__module__}."

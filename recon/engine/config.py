@@ -231,7 +231,12 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         err = (result.get("errors") or [{"error": "no answer"}])[-1]
         frames = re.findall(r'File "([^"]+)", line (\d+)', str(err.get("traceback", "")))
         where = f" (at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
-        raise EngineFailed(f"{snapshot.label} did not decide: {err.get('error')}{where}")
+        errors = [r for r in result.get("log", []) if r.get("level") == "ERROR"]
+        said = ""
+        if errors:  # the release's own account (e.g. why a model class failed to import)
+            said = "; the release logged: " + str(errors[-1]["message"]).strip().splitlines()[-1]
+        raise EngineFailed(f"{snapshot.label} did not decide: "
+                           f"{str(err.get('error')).splitlines()[0]}{where}{said}")
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")
