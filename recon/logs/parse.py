@@ -12,6 +12,7 @@ every distinct value, so disagreement is visible rather than averaged away.
 
 from __future__ import annotations
 
+import bisect
 import re
 import sys
 from collections import Counter
@@ -231,7 +232,9 @@ def _collect(log: ServerLog, events: list[Event], printed: dict[int, dict[str, s
     starts = _start_boundaries(events)
     log.starts = len(starts)
     last_start = starts[-1] if starts else 0
-    seg_of = lambda line: sum(1 for s in starts if s <= line)  # noqa: E731
+    def seg_of(line: int) -> int:  # which start-up a line belongs to (starts are in line order)
+        return bisect.bisect_right(starts, line)
+
     folded: dict[tuple[int, str, str], Event] = {}
     formats: list[str] = []
     for ev in events:

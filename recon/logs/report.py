@@ -252,6 +252,10 @@ def _md(cell: str) -> str:
     return cell.replace("|", "\\|").replace("\n", " ")
 
 
+#: Rows of one table drawn on the console (the whole table is in --json and --markdown).
+CONSOLE_ROWS = 400
+
+
 def render_console(report: LogReport, console: Any) -> None:
     """Rich tables; mismatches and errors in red, warnings in yellow."""
     from rich.table import Table
@@ -263,9 +267,14 @@ def render_console(report: LogReport, console: Any) -> None:
     colours = {"error": "red", "warn": "yellow", "info": "blue", "MISMATCH": "bold red",
                "match": "green", "ok": "green"}
     for s in sections(report):
-        t = Table(title=s.title, caption=s.note or None, show_lines=False)
+        rows, cut = s.rows[:CONSOLE_ROWS], len(s.rows) - CONSOLE_ROWS
+        caption = s.note or ""
+        if cut > 0:  # a terminal table of tens of thousands of rows takes minutes to draw
+            caption = (caption + "; " if caption else "") + (
+                f"the first {CONSOLE_ROWS} of {len(s.rows):,} rows; --json or --markdown has all")
+        t = Table(title=s.title, caption=caption or None, show_lines=False)
         for c in s.columns:
             t.add_column(c, overflow="fold")
-        for row in s.rows:
+        for row in rows:
             t.add_row(*[Text(c, style=colours.get(c, "")) for c in row])
         console.print(t)
