@@ -336,3 +336,13 @@ def test_oversized_module_is_not_indexed(tmp_path: Path) -> None:
     idx = load_index(snap)
     assert "over the 2 MiB cap" in idx.errors["bigpkg/huge.py"]
     assert "bigpkg:small" in idx.functions
+
+
+def test_a_report_over_the_cap_says_so(tmp_path: Path) -> None:
+    """A 200 MiB return value is cut at the report cap: the error names the cap, not tampering."""
+    pkg = tmp_path / "hugepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('def f():\n    return "x" * (200 << 20)\n')
+    snap = take_snapshot(f"dir:{pkg}", package="hugepkg", out=tmp_path / "snap")
+    with pytest.raises(ReconError, match=r"reached the 16 MiB cap on what a run brings back"):
+        run_function(snap, "hugepkg:f")

@@ -41,7 +41,15 @@ from .result import (
     StubTouch,
     parse_report,
 )
-from .sandbox import Limits, base_env, interpreter_dirs, launch, package_dirs, python_argv
+from .sandbox import (
+    RESULT_CAP,
+    Limits,
+    base_env,
+    interpreter_dirs,
+    launch,
+    package_dirs,
+    python_argv,
+)
 from .slicer import Slice, build_slice
 
 _RUNTIME_FILES = ("child.py", "stubs.py", "hfconfig.py", "guard.py")
@@ -322,6 +330,10 @@ def _results(snap: Snapshot, sl: Slice, outcome: Any, limits: Limits, check: boo
     where = f" at {outcome.stuck_at}" if outcome.stuck_at else ""
     if outcome.timed_out:
         raise RunFailed(f"run timed out after {limits.timeout:g} s{where} (limit: timeout)")
+    if len(outcome.result) >= RESULT_CAP:  # cut at the cap: say so, not "malformed"
+        raise RunFailed(f"the run's report reached the {RESULT_CAP >> 20} MiB cap on what a run "
+                        "brings back (a return value or argument that large); return a smaller "
+                        "value, e.g. its length or a slice")
     report = parse_report(outcome.result, outcome.events, targets)
     if report is None:
         raise RunFailed(_death(outcome.returncode, limits, outcome.stderr))

@@ -74,7 +74,7 @@ from pathlib import Path
 from ..errors import ReconError
 
 NOBODY = 65534
-_RESULT_CAP = 16 << 20
+RESULT_CAP = 16 << 20  # bytes of the child's report brought back
 _EVENTS_CAP = 1 << 20
 _TAIL = 20000
 #: host folders the dynamic linker and the interpreter need from /etc (nothing else of /etc)
@@ -618,7 +618,7 @@ def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Pa
         chunks: list[bytes] = []
         events: list[bytes] = []
         readers = [threading.Thread(target=_read_capped, args=(fd, cap, sink), daemon=True)
-                   for fd, cap, sink in ((rfd, _RESULT_CAP, chunks), (efd_r, _EVENTS_CAP, events))]
+                   for fd, cap, sink in ((rfd, RESULT_CAP, chunks), (efd_r, _EVENTS_CAP, events))]
         for reader in readers:
             reader.start()
         timed_out = _feed_and_wait(proc, data, limits.timeout)
