@@ -21,6 +21,9 @@ from recon.logs import analyze, compare, render_markdown
 from recon.logs.compare import Link
 from recon.snapshot import Snapshot
 
+#: recon's reading of the flags (engine mode: tests/test_engine_recipes.py)
+SLICE = {"mode": "slice"}
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +50,7 @@ def by_quantity(report: object) -> dict[str, object]:
 
 
 def test_public_run_matches_prediction(vllm_0102: Snapshot) -> None:
-    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG)
+    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG, options=SLICE)
     assert report.flags_from == "the log's argument line (line 3)"
     assert report.flags["tensor_parallel_size"] == 2
     rows = by_quantity(report)
@@ -75,7 +78,7 @@ def test_public_run_matches_prediction(vllm_0102: Snapshot) -> None:
 def test_observed_disagrees_with_prediction(vllm_latest: Snapshot,
                                             capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    report = analyze(V033, snapshot=vllm_latest, config=CONFIG)
+    report = analyze(V033, snapshot=vllm_latest, config=CONFIG, options=SLICE)
     rows = by_quantity(report)
     block = rows["attention_block_size"]
     assert (block.status, block.observed, block.observed_line) == ("mismatch", 320, 9)
@@ -117,7 +120,7 @@ def test_observed_disagrees_with_prediction(vllm_latest: Snapshot,
 def test_changed_assumption_explains_the_mismatch(vllm_latest: Snapshot) -> None:
     """Every prediction (alignment, capture sizes, KV capacity) agrees once it is right."""
     report = analyze(V033, snapshot=vllm_latest, config=CONFIG,
-                     options={"mamba_checkpoint_alignment": 64})
+                     options={**SLICE, "mamba_checkpoint_alignment": 64})
     rows = by_quantity(report)
     assert (rows["attention_block_size"].status, rows["attention_block_size"].predicted) == \
         ("match", 320)
@@ -131,7 +134,7 @@ def test_flags_given_replace_the_argument_line(vllm_latest: Snapshot,
     only(monkeypatch, "vllm-hybrid-page-align", "vllm-capture-sizes")
     report = analyze(V033, snapshot=vllm_latest, config=CONFIG,
                      flags="vllm serve m --tensor-parallel-size 4",
-                     options={"mamba_checkpoint_alignment": 64})
+                     options={**SLICE, "mamba_checkpoint_alignment": 64})
     assert report.flags_from == "--flags" and report.flags == {"model": "m",
                                                                "tensor_parallel_size": 4}
     rows = by_quantity(report)
@@ -144,14 +147,14 @@ def test_missing_recipe_or_config_gives_no_prediction(vllm_0102: Snapshot,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compare, "LINKS", [
         Link("attention_block_size", "no-such-recipe", ("attention block size (tokens)",))])
-    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG)
+    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG, options=SLICE)
     row = by_quantity(report)["attention_block_size"]
     assert (row.status, row.predicted) == ("no prediction", None)
     assert row.note == "recipe no-such-recipe not available"
     assert report.recipes["no-such-recipe"] == "recipe no-such-recipe not available"
 
     only(monkeypatch, "vllm-hybrid-page-align")
-    report = analyze(V0102, snapshot=vllm_0102)  # no --config
+    report = analyze(V0102, snapshot=vllm_0102, options=SLICE)  # no --config
     row = by_quantity(report)["attention_block_size"]
     assert row.status == "no prediction" and "needs a model config" in row.note
     assert any("no --config" in n for n in report.notes)
@@ -160,7 +163,7 @@ def test_missing_recipe_or_config_gives_no_prediction(vllm_0102: Snapshot,
 def test_sglang_log_with_sglang_snapshot(sglang_latest: Snapshot) -> None:
     """No recipe predicts SGLang's pool sizes yet: the report says which and why, no number."""
     report = analyze(DATA / "sglang-0.5.23-qwen3-next-nextn.log", snapshot=sglang_latest,
-                     config=CONFIG)
+                     config=CONFIG, options=SLICE)
     assert report.flags["tensor_parallel_size"] == 2 and report.flags["max_num_seqs"] == 48
     row = by_quantity(report)["max_total_num_tokens"]
     assert (row.status, row.observed, row.predicted) == ("no prediction", 1318912, None)

@@ -17,11 +17,21 @@ The rules used for the hand arithmetic, read from the releases' code:
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from recon.errors import ReconError
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
+
+
+def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = None,
+               **kwargs: Any) -> Any:
+    """The recipe's slicing mode (recon's reading of the flags; engine mode is tested in
+    tests/test_engine_recipes.py)."""
+    return run_recipe(name, snapshot, options={"mode": "slice", **(options or {})}, **kwargs)
+
 
 NAME = "vllm-capture-sizes"
 SIZES = "[1,2,4,8,16,32,64]"
@@ -51,7 +61,7 @@ def _per_n(res, runner: str) -> dict[int, str]:  # noqa: ANN001
 def test_field_case_mtp3_on_latest(vllm_latest: Snapshot) -> None:
     # seed 000 section 9: k=3 -> q=4. V1: round_up(1,4)=4, 2->4, 4, 8, 16, 32, 64 (all <= 64)
     # -> [4, 8, 16, 32, 64], max 64. V2 keeps the configured sizes.
-    res = run_recipe(NAME, vllm_latest, flags=_flags(seqs=20, k=3))
+    res = run_sliced(NAME, vllm_latest, flags=_flags(seqs=20, k=3))
     v = res.values
     assert v["uniform decode query length (k+1)"] == 4
     assert v["sizes after the release's size logic"] == [1, 2, 4, 8, 16, 32, 64]
@@ -81,7 +91,7 @@ def test_k2_the_two_model_runners_differ(vllm_latest: Snapshot) -> None:
     # V2: sizes stay [1..64]; FULL decode graphs at 3, 6, 9, 18, 33 (66 > 64 dropped);
     # PIECEWISE graphs at every size up to 64, so N=12..21 (36..63 tokens) -> PIECEWISE 64,
     # N=22 (66 > 64) eager.
-    res = run_recipe(NAME, vllm_latest, flags=_flags(seqs=24, k=2))
+    res = run_sliced(NAME, vllm_latest, flags=_flags(seqs=24, k=2))
     v = res.values
     assert v["V1 runner: capture sizes"] == [3, 6, 9, 18, 33]
     assert v["V1 runner: max capture size"] == 33
@@ -101,7 +111,7 @@ def test_default_sizes_without_spec_decode(vllm_latest: Snapshot) -> None:
     # max = min(256*1*2, 512) = 512; min(8192, 512) = 512.
     # sizes = [1,2,4] + range(8, 256, 8) (31 sizes) + range(256, 513, 16) (17 sizes)
     # (+ uniform decode size max_num_seqs=256, already there) -> 51 sizes, max 512.
-    res = run_recipe(NAME, vllm_latest, flags=_flags(seqs=256, k=None, sizes=None, tokens=None))
+    res = run_sliced(NAME, vllm_latest, flags=_flags(seqs=256, k=None, sizes=None, tokens=None))
     v = res.values
     want = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
     assert len(want) == 51
@@ -117,14 +127,14 @@ def test_default_sizes_without_spec_decode(vllm_latest: Snapshot) -> None:
 
 def test_two_releases_old_and_recent(pip_snapshot) -> None:  # noqa: ANN001
     # vLLM 0.31.0 rounds like 0.33.0 (V1: [4, 8, 16, 32, 64]).
-    recent = run_recipe(NAME, pip_snapshot("vllm==0.31.0"), flags=_flags(seqs=20, k=3))
+    recent = run_sliced(NAME, pip_snapshot("vllm==0.31.0"), flags=_flags(seqs=20, k=3))
     assert recent.values["V1 runner: capture sizes"] == [4, 8, 16, 32, 64]
     assert _per_n(recent, "V1")[17] == "eager"
     # vLLM 0.10.2 has no spec-decode rounding: init_with_cudagraph_sizes keeps the sizes
     # (sorted descending there), max 64; its default mode is PIECEWISE (V1 engine,
     # piecewise compilation). N=3: 12 tokens -> pad_for_cudagraph -> 16; N=16: 64;
     # N=17: 68 > 64 -> eager (the runner's check before padding).
-    old = run_recipe(NAME, pip_snapshot("vllm==0.10.2"), flags=_flags(seqs=20, k=3))
+    old = run_sliced(NAME, pip_snapshot("vllm==0.10.2"), flags=_flags(seqs=20, k=3))
     assert old.values["V1 runner: capture sizes"] == [64, 32, 16, 8, 4, 2, 1]
     assert old.values["V1 runner: cudagraph mode"] == "PIECEWISE"
     per_n = _per_n(old, "V1")
@@ -133,14 +143,14 @@ def test_two_releases_old_and_recent(pip_snapshot) -> None:  # noqa: ANN001
     assert "V2 runner: capture sizes" not in old.values
     # 0.10.2 without sizes: the scheduler default cuda_graph_sizes = [min(8 * 2, 512)] = [16]
     # -> [1, 2, 4] + range(8, 17, 8) = [1, 2, 4, 8, 16], kept descending.
-    old_default = run_recipe(NAME, pip_snapshot("vllm==0.10.2"),
+    old_default = run_sliced(NAME, pip_snapshot("vllm==0.10.2"),
                              flags=_flags(seqs=8, k=None, sizes=None))
     assert old_default.values["V1 runner: capture sizes"] == [16, 8, 4, 2, 1]
 
 
 def test_malformed_compilation_config(vllm_latest: Snapshot) -> None:
     with pytest.raises(ReconError, match="--compilation-config: malformed value"):
-        run_recipe(NAME, vllm_latest, flags="vllm serve M --compilation-config '{\"sizes\": [1,'")
+        run_sliced(NAME, vllm_latest, flags="vllm serve M --compilation-config '{\"sizes\": [1,'")
     with pytest.raises(ReconError, match="cudagraph_capture_sizes must be a list of positive"):
-        run_recipe(NAME, vllm_latest,
+        run_sliced(NAME, vllm_latest,
                    flags="vllm serve M --compilation-config '{\"cudagraph_capture_sizes\": \"64\"}'")

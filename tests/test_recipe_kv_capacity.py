@@ -16,12 +16,21 @@ The formulas, read from the releases' code:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from recon.errors import ReconError
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
+
+
+def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = None,
+               **kwargs: Any) -> Any:
+    """The recipe's slicing mode (recon's reading of the flags; engine mode is tested in
+    tests/test_engine_recipes.py)."""
+    return run_recipe(name, snapshot, options={"mode": "slice", **(options or {})}, **kwargs)
+
 
 NAME = "kv-capacity"
 CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
@@ -36,7 +45,7 @@ def test_dense_llama_tp2(vllm_latest: Snapshot) -> None:
     # pool bytes per block = 32 x 32768 = 1 MiB -> 40 GiB / 1 MiB = 40960 blocks;
     # a 131072-token request: 131072 / 16 = 8192 blocks -> 40960 / 8192 = 5.0;
     # GPU KV cache size = int(5.0 x 131072) = 655360 tokens = 16384 per GiB.
-    res = run_recipe(NAME, vllm_latest, config=LLAMA,
+    res = run_sliced(NAME, vllm_latest, config=LLAMA,
                      flags="vllm serve L --tensor-parallel-size 2 --max-model-len 131072",
                      options={"available_kv_gib": 40})
     v = res.values
@@ -57,7 +66,7 @@ def test_dense_llama_fp8_kv_cache(vllm_latest: Snapshot) -> None:
     # TP 1 -> 8 KV heads; fp8 -> 1 byte: 2 x 8 x 128 x 1 = 2048 B per token per layer again;
     # page 32768 B, 1 MiB per block id -> 20 GiB = 20480 blocks; 8192 / 16 = 512 blocks per
     # request -> 20480 / 512 = 40.0; tokens = 40 x 8192 = 327680.
-    res = run_recipe(NAME, vllm_latest, config=LLAMA,
+    res = run_sliced(NAME, vllm_latest, config=LLAMA,
                      flags="vllm serve L --kv-cache-dtype fp8 --max-model-len 8192",
                      options={"available_kv_gib": 20})
     v = res.values
@@ -77,9 +86,9 @@ def test_hybrid_qwen3_next_across_two_releases(pip_snapshot, vllm_latest: Snapsh
     # per request: cdiv(262144, 272) = 964 attention blocks + 3 x 1 mamba = 967
     # -> 12850 / 967 = 13.2885 -> 13.29.
     flags = "vllm serve Q --tensor-parallel-size 4 --max-model-len 262144"
-    latest = run_recipe(NAME, vllm_latest, config=QWEN_NEXT, flags=flags,
+    latest = run_sliced(NAME, vllm_latest, config=QWEN_NEXT, flags=flags,
                         options={"available_kv_gib": 40})
-    old = run_recipe(NAME, pip_snapshot("vllm==0.10.2"), config=QWEN_NEXT, flags=flags,
+    old = run_sliced(NAME, pip_snapshot("vllm==0.10.2"), config=QWEN_NEXT, flags=flags,
                      options={"available_kv_gib": 40})
     for res in (latest, old):
         v = res.values
@@ -98,7 +107,7 @@ def test_hybrid_qwen3_next_across_two_releases(pip_snapshot, vllm_latest: Snapsh
 
 def test_needs_a_config(vllm_latest: Snapshot) -> None:
     with pytest.raises(ReconError, match="needs a model config"):
-        run_recipe(NAME, vllm_latest, flags="vllm serve L")
+        run_sliced(NAME, vllm_latest, flags="vllm serve L")
     with pytest.raises(ReconError, match="available_kv_gib must be positive"):
-        run_recipe(NAME, vllm_latest, config=LLAMA, flags="vllm serve L --max-model-len 8192",
+        run_sliced(NAME, vllm_latest, config=LLAMA, flags="vllm serve L --max-model-len 8192",
                    options={"available_kv_gib": -1})

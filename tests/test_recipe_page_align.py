@@ -21,11 +21,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
+
+
+def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = None,
+               **kwargs: Any) -> Any:
+    """The recipe's slicing mode (recon's reading of the flags; engine mode is tested in
+    tests/test_engine_recipes.py)."""
+    return run_recipe(name, snapshot, options={"mode": "slice", **(options or {})}, **kwargs)
+
 
 NAME = "vllm-hybrid-page-align"
 CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
@@ -41,7 +50,7 @@ def vllm_0102(pip_snapshot) -> Snapshot:  # noqa: ANN001
 
 
 def _run(snap: Snapshot, config: Path | dict, flags: str, **options: object):  # noqa: ANN202
-    res = run_recipe(NAME, snap, config=config, flags=flags, options=options)
+    res = run_sliced(NAME, snap, config=config, flags=flags, options=options)
     assert res.applicable, res.reason
     return res
 
@@ -207,7 +216,7 @@ def test_dense_model_is_not_aligned(vllm_latest: Snapshot) -> None:
 def test_unknown_architecture_is_not_applicable(vllm_latest: Snapshot, tmp_path: Path) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"architectures": ["NoSuchHybridForCausalLM"]}))
-    res = run_recipe(NAME, vllm_latest, config=cfg, flags="vllm serve x")
+    res = run_sliced(NAME, vllm_latest, config=cfg, flags="vllm serve x")
     assert not res.applicable
     assert "no architecture NoSuchHybridForCausalLM" in (res.reason or "")
 

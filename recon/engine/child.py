@@ -67,6 +67,13 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+def _exception_tail(record: logging.LogRecord) -> str | None:
+    """The end of the traceback a record carries (``logger.exception``), if any."""
+    if not record.exc_info:
+        return None
+    return "".join(traceback.format_exception(*record.exc_info))[-1500:]
+
+
 class LogRecords(logging.Handler):
     """Keeps the release's own log records (template, arguments, rendered line)."""
 
@@ -79,7 +86,8 @@ class LogRecords(logging.Handler):
             args = record.args if isinstance(record.args, tuple) else ()
             self.records.append({"logger": record.name, "level": record.levelname,
                                  "template": str(record.msg), "args": [jsonable(a) for a in args],
-                                 "message": record.getMessage()[:2000]})
+                                 "message": record.getMessage()[:2000],
+                                 "exception": _exception_tail(record)})
 
     def install(self) -> None:
         """See every record of the release's loggers, whatever handlers it configures later.
@@ -98,10 +106,10 @@ class LogRecords(logging.Handler):
 
         logging.Logger.handle = handle  # type: ignore[method-assign]
 
-    def numbers(self) -> dict[str, Any]:
+    def numbers(self, since: int = 0) -> dict[str, Any]:
         """The numbers of :data:`LOGGED` templates, last emission wins (as in the log)."""
         out: dict[str, Any] = {}
-        for rec in self.records:
+        for rec in self.records[since:]:
             for key, prefix in LOGGED:
                 if rec["template"].startswith(prefix) and rec["args"]:
                     value = rec["args"][0]
@@ -182,6 +190,8 @@ def _gpu_methods(gpu: dict[str, Any], capability: Callable[..., Any]) -> dict[st
         return str(gpu["name"])
 
     def get_device_total_memory(cls: Any, device_id: int = 0) -> int:
+        if not gpu.get("memory_query", True):  # NVML answers "Not Supported" on this board
+            raise RuntimeError(f"NVML: memory query not supported on {gpu['name']}")
         return int(gpu["memory_bytes"])
 
     def device_count(cls: Any) -> int:
@@ -217,7 +227,24 @@ def virtual_platform(gpu: dict[str, Any]) -> Any:
     platforms = importlib.import_module("vllm.platforms")
     instance = cls()
     platforms._current_platform = instance  # type: ignore[attr-defined]
+    instance.recon_counted = replace_device_count(int(gpu["count"]))  # type: ignore[attr-defined]
     return instance
+
+
+def replace_device_count(count: int) -> list[str]:
+    """The release's own stateless CUDA device count (config checks call it, not the platform).
+
+    ``cuda_device_count_stateless`` asks NVML through a cached helper,
+    ``_cuda_device_count_stateless``; that helper answers the declared count.
+    """
+    done = []
+    for name in ("vllm.utils.torch_utils", "vllm.utils"):
+        with contextlib.suppress(ImportError):
+            mod = importlib.import_module(name)
+            if callable(getattr(mod, "_cuda_device_count_stateless", None)):
+                mod._cuda_device_count_stateless = lambda *a, **k: count  # type: ignore[attr-defined]
+                done.append(f"{name}._cuda_device_count_stateless")
+    return done
 
 
 def _find(modules: tuple[str, ...], attr: str) -> Any:
@@ -238,13 +265,25 @@ class UsageError(Exception):
         self.code = code
 
 
-def parse_serve(argv: list[str]) -> Any:
-    """``vllm serve ARGV`` through the release's own serve parser; the namespace."""
+def parse_serve(argv: list[str], backend: str | None = None) -> Any:
+    """``vllm serve ARGV`` through the release's own serve parser; the namespace.
+
+    ``backend``: an attention backend forced outside the command line, given as
+    the parser's own ``--attention-backend`` where it has one, else through
+    ``VLLM_ATTENTION_BACKEND`` (how older releases take it).
+    """
     parser_cls = _find(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
     serve = importlib.import_module("vllm.entrypoints.cli.serve").ServeSubcommand()
     top = parser_cls(prog="vllm")
     subparsers = top.add_subparsers(required=False, dest="subparser")
-    serve.subparser_init(subparsers)
+    sub = serve.subparser_init(subparsers)
+    if backend:
+        flags = getattr(sub, "_option_string_actions", {})
+        if "--attention-backend" in flags:
+            if not any(a.split("=", 1)[0] == "--attention-backend" for a in argv):
+                argv = [*argv, "--attention-backend", backend]
+        else:
+            os.environ["VLLM_ATTENTION_BACKEND"] = backend
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -384,9 +423,33 @@ def build_layers(config: Any) -> dict[str, Any]:
     model_config = config.model_config
     with default_dtype(model_config.dtype), torch.device("meta"):
         model = initialize(vllm_config=config, model_config=model_config, prefix="")
+        draft = build_draft_layers(config, initialize)
     layers = config.compilation_config.static_forward_context
     return {"architecture": type(model).__name__, "groups": groups, "layers": len(layers),
-            "cuda_objects": cuda_objects}
+            "cuda_objects": cuda_objects, "draft": draft}
+
+
+def build_draft_layers(config: Any, initialize: Callable[..., Any]) -> dict[str, Any] | None:
+    """The draft model of MTP/EAGLE speculative decoding, built as its proposer loads it.
+
+    The proposer's ``load_model`` builds the draft from the speculative config's
+    own ``draft_model_config`` into the same forward context, so its attention
+    layers join the KV cache pool (the engine's "Add N padding layers" line).
+    Draft-model methods (``draft_model``) and n-gram have no such layers.
+    """
+    spec = getattr(config, "speculative_config", None)
+    draft_config = getattr(spec, "draft_model_config", None)
+    uses = getattr(spec, "use_eagle", None)
+    if spec is None or draft_config is None or not callable(uses) or not uses():
+        return None
+    before = len(config.compilation_config.static_forward_context)
+    tag = contextlib.nullcontext()
+    with contextlib.suppress(ImportError, AttributeError):
+        tag = importlib.import_module("vllm.compilation.backends").set_model_tag("eagle_head")
+    with tag:
+        draft = initialize(vllm_config=config, model_config=draft_config, prefix="")
+    return {"architecture": type(draft).__name__,
+            "layers": len(config.compilation_config.static_forward_context) - before}
 
 
 class RunnerView:
@@ -429,8 +492,13 @@ def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any]) -> No
     out["kv_cache_layout"] = layout.name
 
 
-def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any]) -> None:
-    """KV cache specs per layer and the release's KV cache config for ``kv_bytes``."""
+def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -> Any:
+    """KV cache specs per layer and the release's KV cache config for ``kv_bytes``.
+
+    ``report``: the memory is the user's (the engine's logged available memory), so
+    the token capacity is an answer; otherwise the config only feeds the CUDA graph
+    resolution, and no capacity is reported.
+    """
     runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
     spec = runner.get_kv_cache_spec(RunnerView(config))
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
@@ -440,18 +508,114 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any]) -> None:
     if "global_kv_cache_groups" in inspect.signature(get_configs).parameters:
         # newer releases: the engine core first groups the specs of all workers
         args.append(_find(planning, "get_global_kv_cache_groups")(config, [spec]))
-    kv_configs = get_configs(*args)
-    kv = kv_configs[0]
+    mark = len(LOG_RECORDS.records)
+    kv = get_configs(*args)[0]
+    printed = LOG_RECORDS.numbers(since=mark)  # releases that print capacity while planning
+    if not report:
+        return kv
     per_token = sum(s.page_size_bytes / s.block_size for s in spec.values()
                     if getattr(s, "block_size", None))
     out["kv"] = {"num_blocks": int(kv.num_blocks), "layers_with_kv": len(spec),
                  "spec_kinds": sorted({type(s).__name__ for s in spec.values()}),
                  "page_bytes_per_token_all_layers": per_token,
                  "kv_cache_groups": len(kv.kv_cache_groups)}
-    with contextlib.suppress(LookupError):
+    try:
         capacity = _find(("vllm.v1.core.kv_cache_utils",), "get_kv_cache_capacity")
-        tokens, concurrency = capacity(config, kv)
-        out["kv"].update(kv_cache_tokens=int(tokens), max_concurrency=float(concurrency))
+    except LookupError:  # older releases compute it inside the planning they log from
+        if "kv_cache_tokens_logged" in printed:
+            out["kv"]["kv_cache_tokens"] = printed["kv_cache_tokens_logged"]
+        if "max_concurrency_logged" in printed:
+            out["kv"]["max_concurrency"] = float(printed["max_concurrency_logged"])
+        out["kv"]["capacity_from"] = "the release's own log lines while planning"
+        return kv
+    tokens, concurrency = capacity(config, kv)
+    out["kv"].update(kv_cache_tokens=int(tokens), max_concurrency=float(concurrency))
+    return kv
+
+
+def kv_range(config: Any, bounds: list[int]) -> dict[str, Any]:
+    """Capacity at both ends of the memory the log's rounding allows ("4.09 GiB" is +-0.005)."""
+    tokens, concurrency = [], []
+    for nbytes in bounds:
+        side: dict[str, Any] = {}
+        kv_phase(config, int(nbytes), side, report=True)
+        tokens.append(side["kv"].get("kv_cache_tokens"))
+        concurrency.append(side["kv"].get("max_concurrency"))
+    if not bounds or None in tokens or None in concurrency:
+        return {}
+    return {"kv_cache_tokens_range": tokens, "max_concurrency_range": concurrency}
+
+
+def group_backends(config: Any, kv: Any) -> list[set[Any]]:
+    """The attention backend classes of each KV cache group's layers (the runner's groups)."""
+    layers = config.compilation_config.static_forward_context
+    out = []
+    for group in kv.kv_cache_groups:
+        found = set()
+        for name in group.layer_names:
+            getter = getattr(layers.get(name), "get_attn_backend", None)
+            if getter is not None:
+                found.add(getter())
+        out.append(found)
+    return out
+
+
+def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
+    """The model runner's CUDA graph resolution and its dispatcher's keys, as it captures them.
+
+    ``GPUModelRunner._check_and_update_cudagraph_mode`` (found by looking) runs
+    unbound on a view holding the config, the KV cache config, the release's own
+    ``CudagraphDispatcher`` and the uniform decode length that dispatcher computes:
+    the backends' CUDA graph support downgrades the mode and rounds the sizes
+    (spec decode), then the dispatcher makes one key per graph the engine captures.
+    """
+    runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+    check = getattr(runner, "_check_and_update_cudagraph_mode", None)
+    dispatcher_cls = _find(("vllm.v1.cudagraph_dispatcher",), "CudagraphDispatcher")
+    if check is None:
+        out["cudagraph_stage"] = "create_engine_config (the release's model runner has no " \
+                                 "_check_and_update_cudagraph_mode)"
+        return
+    view = RunnerView(config)
+    dispatcher = dispatcher_cls(config)
+    spec = getattr(config, "speculative_config", None)
+    uniform = getattr(dispatcher, "uniform_decode_query_len", None)
+    if uniform is None:
+        uniform = 1 + int(getattr(spec, "num_speculative_tokens", 0) or 0)
+    view.__dict__.update(cudagraph_dispatcher=dispatcher, kv_cache_config=kv,
+                         uniform_decode_query_len=uniform,
+                         max_num_reqs=config.scheduler_config.max_num_seqs,
+                         speculative_config=spec, drafter=NoDrafter())
+    try:
+        check(view, group_backends(config, kv), list(kv.kv_cache_groups))
+    except Exception as err:  # noqa: BLE001 - after the target's keys: the drafter's part
+        if not getattr(dispatcher, "keys_initialized", False) or \
+                dispatcher.cudagraph_mode is None:
+            raise
+        out["errors"].append({"stage": "cudagraph_phase (drafter keys, not counted)",
+                              "error": f"{type(err).__name__}: {err}"})
+    comp = config.compilation_config
+    graphs: dict[str, dict[str, int]] = {}
+    for mode, keys in getattr(dispatcher, "cudagraph_keys", {}).items():
+        for key in keys:
+            uniform = bool(getattr(key, "uniform", getattr(key, "uniform_decode", False)))
+            for name in (jsonable(mode), "decode" if uniform else "mixed"):
+                slot = graphs.setdefault(name, {"count": 0, "max": 0})
+                slot["count"] += 1
+                slot["max"] = max(slot["max"], int(key.num_tokens))
+    out["cudagraph"] = {"mode_resolved": jsonable(dispatcher.cudagraph_mode),
+                        "capture_sizes_resolved": jsonable(comp.cudagraph_capture_sizes),
+                        "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
+                                                           "max_capture_size"),
+                        "uniform_decode_query_len": uniform, "graphs": graphs}
+    out["cudagraph_stage"] = "model runner: _check_and_update_cudagraph_mode"
+
+
+class NoDrafter:
+    """The proposer the view does not build (its own graph keys are not counted)."""
+
+    def __getattr__(self, item: str) -> Any:
+        raise RuntimeError("recon engine mode: the speculative proposer is not built")
 
 
 def backends(config: Any) -> dict[str, str]:
@@ -496,9 +660,6 @@ def facts(config: Any) -> dict[str, Any]:
                                             "max_capture_size"),
         "cudagraph_mode": _attr(comp, "cudagraph_mode"),
         "compilation_mode": _attr(comp, "mode", "level"),
-        # the model runner later resolves mode and sizes against the backends (spec-decode
-        # rounding, FULL downgrades): not run in engine mode yet, so say where these come from
-        "cudagraph_stage": "create_engine_config",
         "tensor_parallel_size": _attr(config.parallel_config, "tensor_parallel_size"),
         "speculative_method": _attr(spec, "method"),
         "num_speculative_tokens": _attr(spec, "num_speculative_tokens"),
@@ -506,32 +667,67 @@ def facts(config: Any) -> dict[str, Any]:
     }
 
 
-def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
-    """What the worker does before the KV cache: build the layers, then the block-size update.
+#: facts read as ``create_engine_config`` left them (what the engine's config line prints)
+CONFIG_LINE = ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_mode")
 
-    Only where the release has ``update_block_size_for_backend`` (found by
-    looking); older releases decide everything in ``create_engine_config``.
+
+def resolved_graphs(cudagraph: dict[str, Any] | None) -> dict[str, Any]:
+    """The runner's resolved mode and sizes and the graphs per mode, under identifiers."""
+    if not cudagraph:
+        return {}
+    graphs = cudagraph.get("graphs", {})
+    out = {"cudagraph_mode_resolved": cudagraph.get("mode_resolved"),
+           "cudagraph_capture_sizes_resolved": cudagraph.get("capture_sizes_resolved"),
+           "max_cudagraph_capture_size_resolved": cudagraph.get("max_capture_size_resolved")}
+    for mode, key in (("PIECEWISE", "piecewise"), ("FULL", "full"), ("mixed", "mixed"),
+                      ("decode", "decode")):
+        if mode in graphs:
+            out[f"cudagraph_graphs_{key}"] = graphs[mode]["count"]
+            out[f"cudagraph_graphs_{key}_max"] = graphs[mode]["max"]
+    return out
+
+
+def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
+    """What the worker does before it captures: layers, block sizes, KV cache, CUDA graphs.
+
+    Each step only where the release has it (found by looking): the block-size
+    update (``update_block_size_for_backend``; older releases decide in
+    ``create_engine_config``), the KV cache specs and config, and the runner's
+    CUDA graph resolution. The CUDA graph step needs a KV cache config: with
+    no memory given it is planned for the declared GPU's whole memory share
+    (``gpu_memory_utilization``), which only bounds sizes, and is said so.
     """
     update = getattr(type(platform), "update_block_size_for_backend", None)
-    if update is None:
-        out["block_size_stage"] = "create_engine_config"
-        return
-    out["block_size_stage"] = "worker: update_block_size_for_backend"
+    out["block_size_stage"] = "create_engine_config"
     try:
         out["layers"] = build_layers(config)
-        update(config)
+        if update is not None:
+            update(config)
+            out["block_size_stage"] = "worker: update_block_size_for_backend"
     except Exception as err:  # noqa: BLE001 - reported, the caller says it cannot answer
         out["block_size_stage"] = "create_engine_config (worker phase failed)"
         out["errors"].append({"stage": "worker_phase", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-3000:]})
         return
     out["attention_backends"] = backends(config)
-    if out.get("kv_memory_bytes"):
-        try:
-            kv_phase(config, int(out["kv_memory_bytes"]), out)
-        except Exception as err:  # noqa: BLE001 - reported: no KV numbers
-            out["errors"].append({"stage": "kv_phase", "error": f"{type(err).__name__}: {err}",
-                                  "traceback": traceback.format_exc()[-3000:]})
+    given = out.get("kv_memory_bytes")
+    planned = int(given or out["gpu_memory_bytes"] * config.cache_config.gpu_memory_utilization)
+    try:
+        bounds = kv_range(config, list(out.get("kv_memory_range_bytes") or [])) if given else {}
+        kv = kv_phase(config, planned, out, report=bool(given))
+        if given:
+            out["kv"].update(bounds)
+    except Exception as err:  # noqa: BLE001 - reported: no KV numbers
+        out["errors"].append({"stage": "kv_phase", "error": f"{type(err).__name__}: {err}",
+                              "traceback": traceback.format_exc()[-3000:]})
+        return
+    if not given:
+        out["kv_planned_for_cudagraphs_bytes"] = planned
+    try:
+        cudagraph_phase(config, kv, out)
+    except Exception as err:  # noqa: BLE001 - reported: sizes stay create_engine_config's
+        out["errors"].append({"stage": "cudagraph_phase", "error": f"{type(err).__name__}: "
+                              f"{err}", "traceback": traceback.format_exc()[-3000:]})
 
 
 class MissingOp:
@@ -648,7 +844,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
     with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
         json.dump(req["config"], fh)
     install_metadata(req)
-    handler = LogRecords()
+    handler = LOG_RECORDS
     handler.install()
     platform = virtual_platform(dict(req["gpu"]))
     return finder, handler, platform
@@ -657,18 +853,23 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
 def answer(req: dict[str, Any]) -> dict[str, Any]:
     """The whole engine-mode run for one request (see the module docstring)."""
     start = time.monotonic()
-    out: dict[str, Any] = {"ok": False, "errors": [], "kv_memory_bytes": req.get("kv_memory_bytes")}
+    out: dict[str, Any] = {"ok": False, "errors": [], "kv_memory_bytes": req.get("kv_memory_bytes"),
+                           "kv_memory_range_bytes": req.get("kv_memory_range_bytes"),
+                           "gpu_memory_bytes": int(req["gpu"]["memory_bytes"])}
     finder, handler, platform = prepare(req)
     imported = time.monotonic()
     prov = Provenance(req["src"])
     probes = replace_subprocess_probes()
     try:
         with prov.active():
-            args = parse_serve(list(req["argv"]))
+            args = parse_serve(list(req["argv"]), req.get("attention_backend"))
             config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
             out.update(how)
+            # the engine prints its config line here, before the runner resolves graphs
+            printed = {k: v for k, v in facts(config).items() if k in CONFIG_LINE}
             worker_phase(config, platform, out)
-        out["facts"] = facts(config)
+        out["facts"] = {**facts(config), **printed, **resolved_graphs(out.get("cudagraph")),
+                        "cudagraph_stage": out.get("cudagraph_stage", "create_engine_config")}
         out["ok"] = True
     except UsageError as err:
         out["usage_error"] = {"exit_code": err.code, "message": str(err)}
@@ -679,6 +880,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": probes,
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
+                       "device_count": getattr(platform, "recon_counted", []),
                        "platform": f"{type(platform).__mro__[1].__module__}."
                                    f"{type(platform).__mro__[1].__name__} (device queries)"}
     out["ran"] = prov.functions()
@@ -689,6 +891,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
 
 
 MISSING_OPS = MissingOps()
+LOG_RECORDS = LogRecords()
 
 
 def main() -> None:

@@ -12,6 +12,8 @@ usage context) and prints it; what the release could not decide is an error.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -24,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
+from ..paths import cache_dir
 from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
 from ..snapshot import Snapshot
+from ..writer import write_json
 from .env import ReleaseEnv, release_env, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
@@ -79,9 +83,9 @@ class EngineFacts:
                 "ran": self.ran}
 
 
-def serve_argv(flags: str) -> list[str]:
-    """The arguments after ``vllm serve`` of a command line as the user typed it."""
-    tokens = shlex.split(flags.replace("\\\n", " "))
+def serve_argv(flags: str | list[str]) -> list[str]:
+    """The arguments after ``vllm serve`` of a command line as the user typed it (or its argv)."""
+    tokens = list(flags) if isinstance(flags, list) else shlex.split(flags.replace("\\\n", " "))
     if tokens[:1] == ["vllm"]:
         tokens = tokens[1:]
     if tokens[:1] == ["serve"]:
@@ -173,19 +177,38 @@ def _with_digests(snapshot: Snapshot, ran: list[dict[str, Any]]) -> list[dict[st
 
 
 def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[str]:
-    said = [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {gpu.memory_bytes / 2**30:.1f} GiB)"
+    memory = (f"{gpu.memory_bytes / 2**30:.1f} GiB" if gpu.memory_query else
+              f"{gpu.memory_bytes / 2**30:.1f} GiB unified; its memory query fails as NVML's does")
+    said = [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {memory})"
             + ("" if explicit_gpu else f" -- not given, {DEFAULT_GPU} assumed"),
             f"{count} such GPUs visible",
             "usage context: " + ("LLM(...) (offline)" if usage == "llm" else "vllm serve")]
     return said
 
 
+def _planned(result: dict[str, Any]) -> list[str]:
+    planned = result.get("kv_planned_for_cudagraphs_bytes")
+    if not planned:
+        return []
+    return [f"KV cache of {planned / 2**30:.1f} GiB (the GPU's memory share) when resolving "
+            "CUDA graphs; no KV capacity without --kv-memory-gib"]
+
+
 def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *,
                   gpu: str | None = None, usage: str = "serve",
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
-                  kv_memory_gib: float | None = None, timeout: float = 600.0,
-                  sandbox: bool = True) -> EngineFacts:
+                  kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
+                  attention_backend: str | None = None,
+                  timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
+
+    ``kv_memory_precision_gib``: how far the true memory may be from ``kv_memory_gib``
+    (vLLM prints it to 0.01 GiB): KV tokens and concurrency are also given at both ends
+    (``kv_cache_tokens_range``), since one block more or less is within the log's rounding.
+    ``attention_backend`` is a backend the user forced outside the command line
+    (the child gives it as the release's own ``--attention-backend`` where its
+    parser has that flag, else as ``VLLM_ATTENTION_BACKEND``). Answers are kept
+    under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
     Raises :class:`EngineUsageError` where the release's parser refuses the
     command line and :class:`EngineFailed` where it raises while deciding.
@@ -194,33 +217,128 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
     board = lookup_gpu(gpu or DEFAULT_GPU)
     release_environment = environment(snapshot)
     env_seconds = time.monotonic() - start
+    argv = serve_argv(flags)
+    kv_bytes = None if kv_memory_gib is None else int(kv_memory_gib * (1 << 30))
+    kv_range = None if kv_memory_gib is None or not kv_memory_precision_gib else \
+        [int((kv_memory_gib + d) * (1 << 30)) for d in (-kv_memory_precision_gib,
+                                                         kv_memory_precision_gib)]
+    extra = {**(env or {}), **({"recon:attention_backend": attention_backend}
+                               if attention_backend else {})}
+    key = result_key(snapshot, release_environment, argv, config_json, board, gpu_count, usage,
+                     extra, [kv_bytes, kv_range], sandbox)
+    result = cached_result(key)
+    if result is None:
+        result = _run_request(snapshot, release_environment, argv, config_json, board,
+                              gpu_count, usage, env, [kv_bytes, kv_range], timeout,
+                              sandbox, attention_backend)
+        if result.get("ok") or "usage_error" in result:  # the release's answer: the same next time
+            store_result(key, result)
+    else:
+        result["seconds"] = {**result.get("seconds", {}), "cached": True}
+    return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
+                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
+
+
+def _run_request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str],
+                 config_json: dict[str, Any], board: GPU, gpu_count: int, usage: str,
+                 env: dict[str, str] | None, kv: list[Any], timeout: float,
+                 sandbox: bool, attention_backend: str | None) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="recon-engine-"))
     os.chmod(root, 0o755)  # the sandbox may start as nobody (recon run's layout does the same)
     try:
         work = root / "work"
         work.mkdir(mode=0o700)
-        request = _request(snapshot, serve_argv(flags), config_json, board, gpu_count, usage,
-                           work)
+        request = _request(snapshot, argv, config_json, board, gpu_count, usage, work)
         request["env"] = env
-        if kv_memory_gib is not None:
-            request["kv_memory_bytes"] = int(kv_memory_gib * (1 << 30))
-        result = run_child(release_environment, snapshot, request, root=root, work=work,
-                           timeout=timeout, sandbox=sandbox)
+        request["kv_memory_bytes"], request["kv_memory_range_bytes"] = kv
+        request["attention_backend"] = attention_backend
+        return run_child(renv, snapshot, request, root=root, work=work, timeout=timeout,
+                         sandbox=sandbox)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
-                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
+
+
+def results_dir() -> Path:
+    """Where engine-mode answers are kept: one file per :func:`result_key`."""
+    return cache_dir() / "engine-results"
+
+
+def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json: dict[str, Any],
+               board: GPU, gpu_count: int, usage: str, env: dict[str, str] | None,
+               kv_bytes: Any, sandbox: bool) -> str | None:
+    """The one key of an engine-mode answer: everything the child's answer depends on.
+
+    The snapshot's bytes on disk (its tree key), the release environment, the child's
+    own code, and the request (command, config, GPU, usage, environment variables,
+    KV memory). A tree that changed moments ago has no stable key: no caching.
+    """
+    from ..snapcache import tree_key
+
+    tree = tree_key(snapshot.src)
+    if tree is None or "unsettled" in tree:
+        return None
+    parts = {"tree": tree, "env": renv.root.name, "child": _child_digest(), "argv": argv,
+             "config": config_json, "gpu": board.as_json(), "count": gpu_count, "usage": usage,
+             "environ": env or {}, "kv": kv_bytes, "sandbox": sandbox}
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _child_digest() -> str:
+    return hashlib.sha256(CHILD.read_bytes()).hexdigest()
+
+
+def cached_result(key: str | None) -> dict[str, Any] | None:
+    """A stored answer for ``key``, or None (missing, unreadable or not an object)."""
+    if key is None or os.environ.get("RECON_ENGINE_CACHE") == "0":
+        return None
+    try:
+        data = json.loads((results_dir() / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def store_result(key: str | None, result: dict[str, Any]) -> None:
+    """Keep an answer under ``key`` (a failure to write only costs the next call its speed)."""
+    if key is None or os.environ.get("RECON_ENGINE_CACHE") == "0":
+        return
+    with contextlib.suppress(ReconError, OSError):
+        write_json(results_dir() / f"{key}.json", result)
 
 
 def _kv_facts(kv: dict[str, Any] | None) -> dict[str, Any]:
     """KV numbers under their identifiers (absent keys: the release did not give them)."""
     if not kv:
         return {}
-    out = {k: kv[k] for k in ("kv_cache_tokens", "max_concurrency") if k in kv}
+    out = {k: kv[k] for k in ("kv_cache_tokens", "max_concurrency", "kv_cache_tokens_range",
+                              "max_concurrency_range") if k in kv}
     out["kv_num_blocks"] = kv.get("num_blocks")
     out["kv_spec_kinds"] = kv.get("spec_kinds")
     out["kv_layers"] = kv.get("layers_with_kv")
     return out
+
+
+def _printed_block(result: dict[str, Any]) -> dict[str, Any]:
+    """The attention block size the release printed wins over its config's field.
+
+    Some releases set the block size on the cache config, others log
+    "Setting attention block size to N" and keep the aligned size elsewhere
+    (the config's ``block_size`` stays the backend's); the line is what the engine
+    uses and prints, the field is kept as ``attention_block_size_config``.
+    """
+    logged = (result.get("logged") or {}).get("attention_block_size_logged")
+    field_value = (result.get("facts") or {}).get("attention_block_size")
+    if logged is None or logged == field_value:
+        return {}
+    return {"attention_block_size": logged, "attention_block_size_config": field_value}
+
+
+def _error_text(err: dict[str, Any]) -> str:
+    """The release's error in one line: its first line plus the detail lines pydantic adds."""
+    lines = [ln.strip() for ln in str(err.get("error")).splitlines() if ln.strip()]
+    detail = [ln for ln in lines[1:4] if not ln.startswith("For further information")]
+    return " / ".join([lines[0] if lines else "no answer", *detail])[:800]
 
 
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
@@ -235,8 +353,10 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         said = ""
         if errors:  # the release's own account (e.g. why a model class failed to import)
             said = "; the release logged: " + str(errors[-1]["message"]).strip().splitlines()[-1]
-        raise EngineFailed(f"{snapshot.label} did not decide: "
-                           f"{str(err.get('error')).splitlines()[0]}{where}{said}")
+            cause = str(errors[-1].get("exception") or "").strip().splitlines()
+            if cause:
+                said += f" ({cause[-1][:300]})"
+        raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}")
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")
@@ -244,9 +364,12 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         replaced["process_groups"] = result["layers"].get("groups", [])
     return EngineFacts(
         release=f"{snapshot.package} {snapshot.version}", gpu=board, usage=usage,
-        facts={**result.get("facts", {}), **_kv_facts(result.get("kv"))},
+        facts={**result.get("facts", {}), **_kv_facts(result.get("kv")),
+               **_printed_block(result),
+               "draft_layers": ((result.get("layers") or {}).get("draft") or {}).get("layers")},
         logged=result.get("logged", {}),
-        assumptions=_assumptions(board, explicit, count, usage), replaced=replaced,
+        assumptions=_assumptions(board, explicit, count, usage) + _planned(result),
+        replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),
         attention_backends=result.get("attention_backends", {}),
         block_size_stage=str(result.get("block_size_stage", "")),

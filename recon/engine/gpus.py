@@ -30,6 +30,9 @@ class GPU:
     minor: int
     memory_bytes: int
     platform: str = "cuda"  # "cuda" or "rocm": which release platform class to subclass
+    #: False where NVML cannot report the memory (unified-memory boards): the release's
+    #: memory query raises there as on the real board, and its fallback branch runs
+    memory_query: bool = True
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -45,7 +48,7 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("rtx4090", "NVIDIA GeForce RTX 4090", 8, 9, 24564 * MIB),
     GPU("rtx5090", "NVIDIA GeForce RTX 5090", 12, 0, 32607 * MIB),
     GPU("b200", "NVIDIA B200", 10, 0, 183359 * MIB),
-    GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB),
+    GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB, memory_query=False),
     GPU("mi300x", "AMD Instinct MI300X", 9, 4, 196592 * MIB, platform="rocm"),
 )}
 
@@ -65,3 +68,29 @@ def gpu(key: str) -> GPU:
     if k not in GPUS:
         raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(GPUS)}")
     return GPUS[k]
+
+
+def board_for(spec: str | None) -> tuple[str | None, str]:
+    """A ``--set gpu`` value as a table key, and what recon assumed to get it ("" if nothing).
+
+    A board name is itself; a compute capability (``sm86``, ``sm_90``, ``8.6``) is
+    the first board of the table with it, and the choice is said: the memory of
+    the board (the release's batch defaults read it) is recon's assumption then.
+    """
+    if spec is None:
+        return None, ""
+    text = str(spec).strip().lower()
+    digits = text.removeprefix("sm").lstrip("_").replace(".", "")
+    if text.startswith("sm") or (digits.isdigit() and "." in text):
+        if not digits.isdigit() or len(digits) < 2:
+            raise UnknownGPU(f"--set gpu: {spec!r} is neither a board ({', '.join(GPUS)}) nor a "
+                             "compute capability such as sm86")
+        major, minor = int(digits[:-1]), int(digits[-1])
+        for board in GPUS.values():
+            if (board.major, board.minor) == (major, minor):
+                return board.key, (f"GPU {spec}: {board.name} ({board.memory_bytes / 2**30:.1f} "
+                                   f"GiB), the first board of that compute capability; name "
+                                   f"the board (--set gpu=KEY) if its memory differs")
+        raise UnknownGPU(f"--set gpu: no board of compute capability {major}.{minor} in the "
+                         f"table; known: {', '.join(f'{g.key} (sm{g.major}{g.minor})' for g in GPUS.values())}")
+    return gpu(text).key, ""

@@ -49,6 +49,11 @@ LINKS: list[Link] = [
          ("sizes after the release's size logic", "cudagraph_capture_sizes")),
     Link("max_cudagraph_capture_size", "vllm-capture-sizes",
          ("max size after the release's size logic", "max_cudagraph_capture_size")),
+    # the capture progress bars: one graph per key of the release's own dispatcher
+    Link("cudagraph_graphs_piecewise", "vllm-capture-sizes", ("cudagraph_graphs_piecewise",)),
+    Link("cudagraph_graphs_full", "vllm-capture-sizes", ("cudagraph_graphs_full",)),
+    Link("cudagraph_graphs_mixed", "vllm-capture-sizes", ("cudagraph_graphs_mixed",)),
+    Link("cudagraph_graphs_decode", "vllm-capture-sizes", ("cudagraph_graphs_decode",)),
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
     Link("max_total_num_tokens", "kv-capacity", ("max_total_num_tokens", "KV pool tokens"),
@@ -59,7 +64,9 @@ LINKS: list[Link] = [
 #: observed quantity. The engine's own measurement (free memory after profiling) cannot be
 #: computed offline; the capacity that follows from it can. A ``--set`` of the same option wins.
 INPUTS: dict[str, dict[str, str]] = {
-    "kv-capacity": {"available_kv_gib": "available_kv_cache_memory_gib"},
+    # the engine-backed recipes share one engine-mode answer: give them all the same memory
+    name: {"available_kv_gib": "available_kv_cache_memory_gib"}
+    for name in ("kv-capacity", "vllm-hybrid-page-align", "vllm-capture-sizes")
 }
 
 #: Recipes that predict nothing the log prints but check the configuration the log reveals,
@@ -95,6 +102,9 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
     known = {r.name for r in all_recipes()}
     predicted: dict[str, tuple[Any, str, str]] = {}  # quantity -> (value, recipe, key)
     why_not: dict[str, str] = {}
+    #: quantity -> (low, high): the same release's answer at both ends of an input the log
+    #: rounded (the available KV memory is printed to 0.01 GiB)
+    ranges: dict[str, tuple[float, float]] = {}
     checks = [name for name, applies in CHECKS.items() if applies(log)]
     for name in recipes_for(log, engine) + checks:
         if name not in known:
@@ -125,8 +135,11 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
             continue
         for q, (value, key) in _predictions_of(res, name, engine).items():
             predicted.setdefault(q, (value, name, key))
+            bounds = res.values.get(f"{key}_range")
+            if isinstance(bounds, list) and len(bounds) == 2:
+                ranges.setdefault(q, (float(min(bounds)), float(max(bounds))))
     report.recipes.update({k: v for k, v in why_not.items() if k not in report.recipes})
-    report.comparisons = _compare(log, predicted, why_not, engine)
+    report.comparisons = _compare(log, predicted, why_not, engine, ranges)
 
 
 def _predictions_of(res: Any, name: str, engine: str) -> dict[str, tuple[Any, str]]:
@@ -153,7 +166,8 @@ def _predictions_of(res: Any, name: str, engine: str) -> dict[str, tuple[Any, st
 
 
 def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
-             why_not: dict[str, str], engine: str) -> list[Comparison]:
+             why_not: dict[str, str], engine: str,
+             ranges: dict[str, tuple[float, float]] | None = None) -> list[Comparison]:
     rows: list[Comparison] = []
     names = [lk.quantity for lk in LINKS if lk.engine == engine]
     names += [q for q in predicted if q not in names]
@@ -166,7 +180,7 @@ def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
                 rows.append(Comparison(q, label, None, None, value, recipe, key, "not in log",
                                        "predicted, but the log does not print it"))
                 continue
-            ok = same(obs.value, value, obs.raw)
+            ok = same(obs.value, value, obs.raw) or within((ranges or {}).get(q), obs.value)
             rows.append(Comparison(q, label, obs.value, obs.line, value, recipe, key,
                                    "match" if ok else "mismatch",
                                    "" if ok else _mismatch_note(recipe)))
@@ -200,6 +214,13 @@ def normalise(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+def within(bounds: tuple[float, float] | None, observed: Any) -> bool:
+    """``observed`` lies in the predicted range (both ends of a rounded input)."""
+    if bounds is None or isinstance(observed, bool) or not isinstance(observed, (int, float)):
+        return False
+    return bounds[0] - 1e-9 <= float(observed) <= bounds[1] + 1e-9
 
 
 def same(observed: Any, predicted: Any, printed: str | None = None) -> bool:

@@ -36,8 +36,7 @@ def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path
     recipe = get(name)
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
     cfg = config if isinstance(config, dict) else load_model_config(config)
-    fl = flags if isinstance(flags, ServeFlags) else parse_flags(flags)
-    ctx = RecipeContext(snap, cfg, fl, config_path=None if isinstance(config, dict) else
+    ctx = RecipeContext(snap, cfg, flags, config_path=None if isinstance(config, dict) else
                         (str(config) if config else None), options=Options(options or {}))
     if recipe.engine not in ("any", snap.package):
         return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False,
@@ -47,8 +46,9 @@ def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path
             res = recipe.run(ctx)
     except NotApplicable as err:  # the release lacks the logic: its options are moot
         return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False, reason=str(err))
-    if fl.ignored:
-        res.notes.append("flags not used by this recipe's table were ignored: " + " ".join(fl.ignored))
+    if "flags" in vars(ctx) and ctx.flags.ignored:  # a slicing recipe read recon's flag table
+        res.notes.append("flags not used by this recipe's table were ignored: "
+                         + " ".join(ctx.flags.ignored))
     return res
 
 

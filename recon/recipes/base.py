@@ -131,6 +131,8 @@ class RecipeResult:
     findings: list[Finding] = field(default_factory=list)
     provenance: list[Provenance] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: every function of the snapshot that ran (engine mode), with file, lines and sha256
+    ran: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,13 +208,33 @@ def _short(v: Any, width: int = 120) -> str:
 
 @dataclass
 class RecipeContext:
-    """Everything a recipe run gets: the snapshot, the model config, the flags."""
+    """Everything a recipe run gets: the snapshot, the model config, the command line.
+
+    ``given`` is the command line as the user typed it (a string or argv) or
+    already-parsed flags. Engine-backed recipes hand it to the release's own
+    parser untouched (:attr:`command`); slicing recipes read recon's reading of
+    it (:attr:`flags`), parsed only when they ask.
+    """
 
     snapshot: Snapshot
     config: dict[str, Any] | None
-    flags: ServeFlags
+    given: str | list[str] | ServeFlags | None
     config_path: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # recipe-specific extras (--set k=v)
+
+    @cached_property
+    def flags(self) -> ServeFlags:
+        """recon's own reading of the command line (slicing recipes only)."""
+        from .flags import parse_flags
+
+        return self.given if isinstance(self.given, ServeFlags) else parse_flags(self.given)
+
+    @property
+    def command(self) -> str | list[str] | None:
+        """The command line as typed, for the release's own parser."""
+        if isinstance(self.given, ServeFlags):
+            return list(self.given.raw) or None
+        return self.given
 
     @cached_property
     def index(self) -> Any:

@@ -42,6 +42,8 @@ from typing import Any
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..engine import engine_facts
+from ..engine import result as engine_result
 from ..hybrid_common import (
     class_constant,
     class_flags,
@@ -158,8 +160,9 @@ def _aligned(ctx: RecipeContext) -> dict[str, Any]:
     except ReconError:
         return {}
     res = run_recipe("vllm-hybrid-page-align", ctx.snapshot, config=ctx.config, flags=ctx.flags,
-                     options={k: v for k, v in ctx.options.items()
-                              if k not in ("available_kv_gib", "attention_layers", "mamba_layers")})
+                     options={**{k: v for k, v in ctx.options.items()
+                                 if k not in ("available_kv_gib", "attention_layers",
+                                              "mamba_layers")}, "mode": "slice"})
     if not res.applicable:
         return {"_reason": res.reason}
     return res.values
@@ -476,7 +479,34 @@ def _stubs() -> dict[str, str]:
 
 
 # -- the recipe --------------------------------------------------------------------------------
+def run_engine(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode: the release's KV cache specs, ``get_kv_cache_configs`` and capacity."""
+    if ctx.options.get("available_kv_gib") is None:
+        raise ReconError("kv-capacity needs the KV memory the engine had: --set "
+                         "available_kv_gib=N (its 'Available KV cache memory' line)")
+    facts, said = engine_facts(ctx)
+    res = engine_result(NAME, ctx, facts, said, KV_KEYS)
+    if facts.facts.get("kv_cache_tokens") is None:
+        raise ReconError(f"{ctx.release} gave no KV capacity for this command: "
+                         + "; ".join(str(w.get("error")) for w in facts.warnings)[:600])
+    return res
+
+
+#: what this recipe shows of the release's answer (identifiers of ``--json``)
+KV_KEYS = ("kv_cache_tokens", "kv_cache_tokens_range", "max_concurrency",
+           "max_concurrency_range", "kv_num_blocks", "kv_layers", "kv_spec_kinds",
+           "attention_block_size", "max_model_len", "kv_cache_dtype", "enable_prefix_caching",
+           "tensor_parallel_size", "num_speculative_tokens", "draft_layers")
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode by default; ``--set mode=slice`` for recon's own reading of the flags."""
+    if str(ctx.options.get("mode", "engine")) == "slice":
+        return run_sliced(ctx)
+    return run_engine(ctx)
+
+
+def run_sliced(ctx: RecipeContext) -> RecipeResult:
     inp = _inputs(ctx)
     cfg = ctx.require_config()
     plan = _layer_plan(ctx, cfg, inp.hybrid)

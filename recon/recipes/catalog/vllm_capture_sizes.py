@@ -36,6 +36,8 @@ from typing import Any
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..engine import engine_facts
+from ..engine import result as engine_result
 from ..registry import register
 from ..vllm_common import (
     BASE_STUBS,
@@ -526,7 +528,42 @@ def _verdict(value: Any) -> tuple[str, int | None]:
     return "?", None
 
 
+def run_engine(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode: the release's config, then its model runner's resolution and dispatcher."""
+    facts, said = engine_facts(ctx)
+    res = engine_result(NAME, ctx, facts, said, CAPTURE_KEYS)
+    data = facts.facts
+    printed, used = data.get("cudagraph_capture_sizes"), data.get("cudagraph_capture_sizes_resolved")
+    if printed and used is not None and list(printed) != list(used):
+        dropped = sorted(set(printed) - set(used))
+        res.findings.insert(0, Finding("warn", f"the model runner changed the capture sizes the "
+                                       f"config line prints: {ranges(printed)} -> {ranges(used)}"
+                                       + (f" (dropped {ranges(dropped)})" if dropped else "")))
+    if data.get("cudagraph_mode_resolved") not in (None, data.get("cudagraph_mode")):
+        res.findings.insert(0, Finding("warn", f"cudagraph mode {data.get('cudagraph_mode')} "
+                                       f"became {data['cudagraph_mode_resolved']} once the "
+                                       "attention backends were known"))
+    return res
+
+
+#: what this recipe shows of the release's answer (identifiers of ``--json``)
+CAPTURE_KEYS = ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_mode",
+                "compilation_mode", "cudagraph_mode_resolved", "cudagraph_capture_sizes_resolved",
+                "max_cudagraph_capture_size_resolved", "cudagraph_graphs_piecewise",
+                "cudagraph_graphs_piecewise_max", "cudagraph_graphs_full",
+                "cudagraph_graphs_full_max", "cudagraph_graphs_mixed", "cudagraph_graphs_decode",
+                "max_num_seqs", "max_num_batched_tokens", "speculative_method",
+                "num_speculative_tokens", "attention_backends", "cudagraph_stage")
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode by default; ``--set mode=slice`` for recon's own reading of the flags."""
+    if str(ctx.options.get("mode", "engine")) == "slice":
+        return run_sliced(ctx)
+    return run_engine(ctx)
+
+
+def run_sliced(ctx: RecipeContext) -> RecipeResult:
     """Resolve the sizes, then ask each model runner's dispatcher about every N."""
     t = _targets(ctx)
     inp = _inputs(ctx)

@@ -54,6 +54,8 @@ from typing import Any
 from ...errors import ReconError
 from ...slicing import Call, Py, RunFailed, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..engine import engine_facts
+from ..engine import result as engine_result
 from ..hybrid_common import (
     child_events,
     child_helpers,
@@ -374,7 +376,31 @@ def _spec(ctx: RecipeContext) -> tuple[int, str | None]:
     return (int(k) if k else 0), spec.get("method")
 
 
+def run_engine(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode: the release's own config, layers and ``update_block_size_for_backend``."""
+    facts, said = engine_facts(ctx)
+    res = engine_result(NAME, ctx, facts, said, PAGE_KEYS)
+    if not facts.facts.get("is_hybrid"):
+        res.findings.insert(0, Finding("info", "not a hybrid attention/mamba model: the block "
+                                       "size is the attention backend's, nothing is padded"))
+    return res
+
+
+#: what this recipe shows of the release's answer (identifiers of ``--json``)
+PAGE_KEYS = ("attention_block_size", "attention_block_size_logged", "mamba_padding_pct",
+             "mamba_cache_mode", "mamba_block_size", "mamba_page_size_padded",
+             "enable_prefix_caching", "kv_cache_dtype", "mamba_ssm_cache_dtype",
+             "tensor_parallel_size", "attention_backends", "block_size_stage")
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
+    """Engine mode by default; ``--set mode=slice`` for recon's own reading of the flags."""
+    if str(ctx.options.get("mode", "engine")) == "slice":
+        return run_sliced(ctx)
+    return run_engine(ctx)
+
+
+def run_sliced(ctx: RecipeContext) -> RecipeResult:
     """Run the hooks, the mamba-state functions and the alignment in one child; read back."""
     cfg = ctx.require_config()
     arch = _architecture(cfg)

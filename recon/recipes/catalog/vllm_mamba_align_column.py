@@ -109,9 +109,11 @@ def _from_page_align(ctx: RecipeContext) -> dict[str, Any]:
     values["enable_prefix_caching"] = True  # align mode is what this recipe is about
     flags = ServeFlags(values=values, ignored=[], raw=list(ctx.flags.raw))
     res = run_recipe("vllm-hybrid-page-align", ctx.snapshot, config=ctx.config, flags=flags,
-                     options={k: v for k, v in ctx.options.items()
-                              if k not in ("prefix_tokens", "compare", "cache_block_size",
-                                           "mamba_block_size", "max_model_len")})
+                     # recon's reading of the flags: this recipe forces prefix caching on
+                     options={**{k: v for k, v in ctx.options.items()
+                                 if k not in ("prefix_tokens", "compare", "cache_block_size",
+                                              "mamba_block_size", "max_model_len")},
+                              "mode": "slice"})
     if not res.applicable:
         raise NotApplicable(f"vllm-hybrid-page-align says: {res.reason}")
     if res.values.get("hybrid attention/mamba model") is False:

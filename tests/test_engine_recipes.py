@@ -1,0 +1,121 @@
+"""The recipes in engine mode, checked against numbers real vLLM engines printed.
+
+Expected values are the engines' own: the public start-up logs of
+``tests/data/public-logs/cases-dev.json`` (the command as the user typed it, the
+config written from public facts) and the real H200 runs of vLLM 0.26.0 in
+``tests/data/logs/real``. Everything runs as a user would: the ``recon`` CLI in a
+subprocess, the release's own code in the sandbox.
+
+Releases whose environment the rest of the suite does not build (0.11.1, 0.13.0,
+0.20.0, 0.22.0) run with ``RECON_ENGINE_ALL=1``: each one costs a first-use
+environment of about a minute, which CI's 30 minutes do not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+CASES = json.loads((DATA / "public-logs" / "cases-dev.json").read_text())["cases"]
+CONFIGS = DATA / "public-logs" / "configs"
+REAL = DATA / "logs" / "real"
+RECIPE = {"page-align": "vllm-hybrid-page-align", "kv": "kv-capacity",
+          "capture": "vllm-capture-sizes"}
+#: releases whose engine-mode environment the suite builds anyway (tests/test_engine_mode.py)
+IN_CI = {"0.19.0", "0.26.0", "0.28.0", "0.33.0"}
+ALL = os.environ.get("RECON_ENGINE_ALL") == "1"
+#: architectures whose config class imports torchvision (vision-language models): not yet
+VISION = {"KV4", "KV5"}
+
+
+def recon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "recon", *args], capture_output=True,
+                          text=True, timeout=900)
+
+
+def case_command(case: dict[str, Any]) -> list[str]:
+    """``recon recipe run`` for a case: its flags as given, its --set, its logged KV memory."""
+    cmd = ["recipe", "run", RECIPE[case["kind"]], "--snapshot", f"pip:vllm=={case['release']}",
+           "--flags", case["flags"], "--json"]
+    if case.get("config"):
+        cmd += ["--config", str(CONFIGS / case["config"])]
+    for item in case["set"]:
+        cmd += ["--set", item]
+    if "available_kv_gib" in case["logged"]:
+        cmd += ["--set", f"available_kv_gib={case['logged']['available_kv_gib']}"]
+    return cmd
+
+
+def _marks(case: dict[str, Any]) -> list[Any]:
+    marks = []
+    if case["release"] not in IN_CI and not ALL:
+        marks.append(pytest.mark.skip(reason=f"vLLM {case['release']}: RECON_ENGINE_ALL=1"))
+    if case["id"] in VISION:
+        marks.append(pytest.mark.xfail(reason="vision-language config classes need torchvision",
+                                       strict=True))
+    return marks
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"], marks=_marks(c)) for c in CASES])
+def test_public_log_case(case: dict[str, Any]) -> None:
+    """Each number the engine printed, from the command line exactly as the user typed it."""
+    done = recon(*case_command(case))
+    assert done.returncode == 0, done.stderr[-1500:]
+    values = json.loads(done.stdout)["values"]
+    logged = case["logged"]
+    if case["kind"] == "page-align":
+        assert values["attention_block_size"] == logged["block"]
+        assert f"{values['mamba_padding_pct']:.2f}%" == logged["padding"]
+    elif case["kind"] == "kv":
+        low, high = values["kv_cache_tokens_range"]
+        assert low <= logged["tokens"] <= high
+        low_c, high_c = values["max_concurrency_range"]
+        assert round(low_c, 2) <= logged["concurrency"] <= round(high_c, 2)
+    else:
+        assert values["cudagraph_capture_sizes"] == logged["sizes"]
+        assert [values["cudagraph_graphs_piecewise"],
+                values["cudagraph_graphs_piecewise_max"]] == logged["piecewise"]
+        assert [values["cudagraph_graphs_full"], values["cudagraph_graphs_full_max"]] == \
+            logged["full"]
+
+
+@pytest.mark.parametrize("run,config", [("Q_default", "qwen3next"), ("N_prefix", "nemotronh"),
+                                        ("L_capture", "llama")])
+def test_recon_logs_on_a_real_h200_run(run: str, config: str) -> None:
+    """`recon logs` predicts every start-up number of a real run, and each one matches."""
+    done = recon("logs", str(REAL / f"{run}.log"), "--snapshot", "pip:vllm==0.26.0",
+                 "--config", str(REAL / "configs" / f"{config}.json"),
+                 "--set", "gpu=h200", "--set", "usage=llm", "--json")
+    report = json.loads(done.stdout)
+    rows = {c["quantity"]: c for c in report["comparisons"]}
+    assert done.returncode == 0, (done.stderr[-800:], rows)
+    for quantity in ("cudagraph_capture_sizes", "kv_cache_tokens", "max_concurrency"):
+        assert rows[quantity]["status"] == "match", rows[quantity]
+    graphs = [q for q in rows if q.startswith("cudagraph_graphs_")]
+    assert graphs and all(rows[q]["status"] == "match" for q in graphs), rows
+    assert all(c["status"] in ("match", "not in log") for c in report["comparisons"])
+
+
+def test_unknown_option_and_flag_are_errors() -> None:
+    """A --set key no engine-backed recipe reads, and a flag the release does not know."""
+    base = ["recipe", "run", "vllm-capture-sizes", "--snapshot", "pip:vllm==0.26.0"]
+    bad_set = recon(*base, "--flags", "vllm serve m", "--set", "gpus=h100")
+    assert bad_set.returncode != 0 and "gpus" in bad_set.stderr
+    bad_flag = recon(*base, "--flags", "vllm serve m --max-num-seqz 8")
+    assert bad_flag.returncode == 2 and "--max-num-seqz" in bad_flag.stderr
+
+
+def test_compute_capability_names_a_board_and_says_so() -> None:
+    from recon.engine.gpus import UnknownGPU, board_for
+
+    assert board_for("sm89")[0] == "l40s" and "first board" in board_for("sm89")[1]
+    assert board_for("h200") == ("h200", "")
+    with pytest.raises(UnknownGPU):
+        board_for("sm77")
