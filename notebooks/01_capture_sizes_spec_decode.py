@@ -104,7 +104,10 @@ FLAGS = ("vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs 32 "
          "\"max_cudagraph_capture_size\": 64}'")
 if "vllm-capture-sizes" in {r.name for r in all_recipes()}:
     for release in RELEASES:
-        r = run_recipe("vllm-capture-sizes", ensure_snapshot(f"pip:{release}"), flags=FLAGS)
+        # slicing mode: the size logic and dispatcher as functions; engine mode (the default,
+        # docs/engine-mode.md) lets the whole release decide, one environment per release
+        r = run_recipe("vllm-capture-sizes", ensure_snapshot(f"pip:{release}"), flags=FLAGS,
+                       options={"mode": "slice"})
         print(f"== {release}" + ("" if r.applicable else f": not applicable: {r.reason}"))
         for key, value in r.values.items():
             if "capture sizes" in key or "largest N" in key:

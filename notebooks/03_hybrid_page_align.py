@@ -48,7 +48,10 @@ print(snap.name)
 
 # %%
 for label, (cfg, extra) in MODELS.items():
-    r = run_recipe("vllm-hybrid-page-align", snap, config=CONFIGS / cfg, flags=f"vllm serve model {extra}")
+    # slicing mode shows the page arithmetic step by step; engine mode (the default,
+    # docs/engine-mode.md) gives the release's own numbers under identifier keys
+    r = run_recipe("vllm-hybrid-page-align", snap, config=CONFIGS / cfg,
+                   flags=f"vllm serve model {extra}", options={"mode": "slice"})
     v = r.values
     print(f"== {label}: {v['architecture']}")
     for key in ["attention block size (tokens)", "mamba page size (bytes)",
@@ -75,7 +78,8 @@ for label, (cfg, extra) in MODELS.items():
     sweep[label] = []
     for bs in BLOCK_SIZES:
         r = run_recipe("vllm-hybrid-page-align", snap, config=CONFIGS / cfg,
-                       flags=f"vllm serve model {extra} --block-size {bs}")
+                       flags=f"vllm serve model {extra} --block-size {bs}",
+                       options={"mode": "slice"})
         attn = r.values["attention block size (tokens)"]
         pad = float(str(r.values["mamba padding"]).rstrip("%"))
         sweep[label].append((bs, attn, pad))

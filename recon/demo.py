@@ -62,7 +62,8 @@ def run_demo(*, vllm: str = "vllm", sglang: str = "sglang", only: list[str] | No
         engine = recipe.engine if recipe.engine != "any" else "vllm"
         for cfg_name, flags in recipe.demos or [(None, recipe.example)]:
             cfg = configs / cfg_name if cfg_name else None
-            res = run_recipe(recipe.name, snaps[engine], config=cfg, flags=flags)
+            res = run_recipe(recipe.name, snaps[engine], config=cfg, flags=flags,
+                             options=dict(recipe.demo_options))
             report.results.append((cfg_name or "", flags, res))
             if on_result is not None:
                 on_result(cfg_name, flags, res)

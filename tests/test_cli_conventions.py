@@ -100,13 +100,13 @@ def test_recipe_unknown_set_key_is_an_error(vllm_latest: Snapshot) -> None:
     """A --set key no recipe looked up was a typo: one line naming it, not a silent answer."""
     flags = "vllm serve m --max-num-seqs 16"
     ok = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
-                "--flags", flags, "--set", "attn_cg_support=UNIFORM_BATCH", "--json")
+                "--flags", flags, "--set", "gpu=h100", "--json")
     assert ok.returncode == 0, ok.stderr
     bad = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
-                 "--flags", flags, "--set", "attn_cg_suport=UNIFORM_BATCH", "--json")
+                 "--flags", flags, "--set", "gpuu=h100", "--json")
     assert bad.returncode == 2
     err = bad.stderr.decode().strip().splitlines()
-    assert len(err) == 1 and "attn_cg_suport" in err[0] and "attn_cg_support" in err[0]
+    assert len(err) == 1 and "gpuu" in err[0] and "gpu" in err[0].split("looked up")[1]
 
 
 def test_recipe_not_applicable_is_not_exit_zero(vllm_latest: Snapshot) -> None:

@@ -508,11 +508,13 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     if "global_kv_cache_groups" in inspect.signature(get_configs).parameters:
         # newer releases: the engine core first groups the specs of all workers
         args.append(_find(planning, "get_global_kv_cache_groups")(config, [spec]))
+    forget_logged_once()
     mark = len(LOG_RECORDS.records)
     kv = get_configs(*args)[0]
     printed = LOG_RECORDS.numbers(since=mark)  # releases that print capacity while planning
     if not report:
         return kv
+    out["printed"] = {k: v for k, v in printed.items() if k.startswith(("kv_", "max_conc"))}
     per_token = sum(s.page_size_bytes / s.block_size for s in spec.values()
                     if getattr(s, "block_size", None))
     out["kv"] = {"num_blocks": int(kv.num_blocks), "layers_with_kv": len(spec),
@@ -531,6 +533,19 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     tokens, concurrency = capacity(config, kv)
     out["kv"].update(kv_cache_tokens=int(tokens), max_concurrency=float(concurrency))
     return kv
+
+
+def forget_logged_once() -> None:
+    """Let the release print its once-only lines again (each planning call prints its own).
+
+    The release's logger keeps "print once" helpers behind ``lru_cache``; a second
+    planning call whose line equals an earlier one would be silent otherwise.
+    """
+    with contextlib.suppress(ImportError):
+        for value in vars(importlib.import_module("vllm.logger")).values():
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear):
+                clear()
 
 
 def kv_range(config: Any, bounds: list[int]) -> dict[str, Any]:
@@ -713,10 +728,9 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     given = out.get("kv_memory_bytes")
     planned = int(given or out["gpu_memory_bytes"] * config.cache_config.gpu_memory_utilization)
     try:
-        bounds = kv_range(config, list(out.get("kv_memory_range_bytes") or [])) if given else {}
         kv = kv_phase(config, planned, out, report=bool(given))
         if given:
-            out["kv"].update(bounds)
+            out["kv"].update(kv_range(config, list(out.get("kv_memory_range_bytes") or [])))
     except Exception as err:  # noqa: BLE001 - reported: no KV numbers
         out["errors"].append({"stage": "kv_phase", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-3000:]})
@@ -876,7 +890,8 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - the release's own error, reported whole
         out["errors"].append({"stage": "config", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-4000:]})
-    out["logged"] = handler.numbers()
+    # the KV lines of the main planning call (the range's calls print their own after it)
+    out["logged"] = {**handler.numbers(), **out.pop("printed", {})}
     out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": probes,
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),

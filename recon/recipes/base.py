@@ -294,6 +294,8 @@ class Recipe:
     example: str = ""  # a typical --flags line for the docs
     #: (example config file name in examples/configs or None, --flags line) pairs for ``recon demo``
     demos: list[tuple[str | None, str]] = field(default_factory=list)
+    #: ``--set`` options every demo case of this recipe runs with (a KV memory, say)
+    demo_options: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "title": self.title, "why": self.why,

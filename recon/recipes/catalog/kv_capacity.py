@@ -647,6 +647,7 @@ register(Recipe(
     run=run,
     example=("--config examples/configs/llama-3.1-8b-instruct.json --flags 'vllm serve "
              "meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072' --set available_kv_gib=60"),
+    demo_options={"available_kv_gib": 40},
     demos=[
         ("llama-3.1-8b-instruct.json",
          "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072"),
