@@ -551,11 +551,13 @@ def forget_logged_once() -> None:
 def kv_range(config: Any, bounds: list[int]) -> dict[str, Any]:
     """Capacity at both ends of the memory the log's rounding allows ("4.09 GiB" is +-0.005)."""
     tokens, concurrency = [], []
+    mark = len(LOG_RECORDS.records)
     for nbytes in bounds:
         side: dict[str, Any] = {}
         kv_phase(config, int(nbytes), side, report=True)
         tokens.append(side["kv"].get("kv_cache_tokens"))
         concurrency.append(side["kv"].get("max_concurrency"))
+    del LOG_RECORDS.records[mark:]  # recon's own extra calls: not lines the engine printed
     if not bounds or None in tokens or None in concurrency:
         return {}
     return {"kv_cache_tokens_range": tokens, "max_concurrency_range": concurrency}
