@@ -147,14 +147,14 @@ def test_missing_recipe_or_config_gives_no_prediction(vllm_0102: Snapshot,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compare, "LINKS", [
         Link("attention_block_size", "no-such-recipe", ("attention block size (tokens)",))])
-    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG, options=SLICE)
+    report = analyze(V0102, snapshot=vllm_0102, config=CONFIG)  # no recipe runs: no options
     row = by_quantity(report)["attention_block_size"]
     assert (row.status, row.predicted) == ("no prediction", None)
     assert row.note == "recipe no-such-recipe not available"
     assert report.recipes["no-such-recipe"] == "recipe no-such-recipe not available"
 
     only(monkeypatch, "vllm-hybrid-page-align")
-    report = analyze(V0102, snapshot=vllm_0102, options=SLICE)  # no --config
+    report = analyze(V0102, snapshot=vllm_0102)  # no --config: engine mode needs one too
     row = by_quantity(report)["attention_block_size"]
     assert row.status == "no prediction" and "needs a model config" in row.note
     assert any("no --config" in n for n in report.notes)
@@ -163,7 +163,7 @@ def test_missing_recipe_or_config_gives_no_prediction(vllm_0102: Snapshot,
 def test_sglang_log_with_sglang_snapshot(sglang_latest: Snapshot) -> None:
     """No recipe predicts SGLang's pool sizes yet: the report says which and why, no number."""
     report = analyze(DATA / "sglang-0.5.23-qwen3-next-nextn.log", snapshot=sglang_latest,
-                     config=CONFIG, options=SLICE)
+                     config=CONFIG)
     assert report.flags["tensor_parallel_size"] == 2 and report.flags["max_num_seqs"] == 48
     row = by_quantity(report)["max_total_num_tokens"]
     assert (row.status, row.observed, row.predicted) == ("no prediction", 1318912, None)

@@ -85,13 +85,16 @@ def v026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
 
 @pytest.mark.parametrize("case", HYBRID)
 def test_page_alignment_predicted_as_the_engine_printed(case: str, v026: Snapshot) -> None:
-    report = analyze(REAL / f"{case}.log", snapshot=v026, config=REAL / "configs" / CONFIGS[case[0]])
+    # as the runs were made: LLM(...) on an H200 (README of tests/data/logs/real)
+    report = analyze(REAL / f"{case}.log", snapshot=v026, config=REAL / "configs" / CONFIGS[case[0]],
+                     options={"gpu": "h200", "usage": "llm"})
     rows = {c.quantity: c for c in report.comparisons}
     row = TABLE[case]
     for quantity, expected in (("attention_block_size", int(row["block size"])),
                                ("mamba_padding_pct", _number(row["padding"]))):
         assert rows[quantity].observed == expected
-        assert (rows[quantity].predicted, rows[quantity].status) == (expected, "match"), \
+        predicted = rows[quantity].predicted  # the release's number; the log prints 2 decimals
+        assert (round(predicted, 2), rows[quantity].status) == (expected, "match"), \
             rows[quantity].note
     mode = row["mamba cache mode"].split(";")[0].strip()
     if mode in ("align", "all"):

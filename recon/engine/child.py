@@ -593,6 +593,10 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
         out["cudagraph_stage"] = "create_engine_config (the release's model runner has no " \
                                  "_check_and_update_cudagraph_mode)"
         return
+    if model_runner(config) == "V2":
+        out["cudagraph_stage"] = "create_engine_config (the release picks its V2 model runner, " \
+                                 "whose graph manager engine mode does not run yet)"
+        return
     view = RunnerView(config)
     dispatcher = dispatcher_cls(config)
     spec = getattr(config, "speculative_config", None)
@@ -626,6 +630,15 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                                            "max_capture_size"),
                         "uniform_decode_query_len": uniform, "graphs": graphs}
     out["cudagraph_stage"] = "model runner: _check_and_update_cudagraph_mode"
+
+
+def model_runner(config: Any) -> str:
+    """Which GPU model runner the release picks for this config (its own property)."""
+    pick = getattr(type(config), "use_v2_model_runner", None)
+    if pick is None:
+        return "V1"
+    value = config.use_v2_model_runner
+    return "V2" if (value() if callable(value) else value) else "V1"
 
 
 class NoDrafter:
@@ -762,6 +775,10 @@ class MissingOp:
         return self
 
 
+#: torch's own operator namespaces: a fake registration there is never tolerated
+TORCH_NAMESPACES = ("aten", "prims", "prim", "quantized", "profiler", "inductor")
+
+
 class MissingOps:
     """Custom ops of the replaced compiled modules (``torch.ops._C.x``): calls return None.
 
@@ -800,7 +817,7 @@ class MissingOps:
 
             def tolerant(qualname: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
                 ns, _, op = str(qualname).partition("::")
-                if ns.startswith("_") and op and not _op_exists(torch, ns, op):
+                if ns not in TORCH_NAMESPACES and op and not _op_exists(torch, ns, op):
                     called.append(f"torch.library fake of {qualname} (op absent)")
                     func = args[0] if args and callable(args[0]) else kwargs.get("func")
                     return func if func is not None else (lambda f: f)
@@ -885,6 +902,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
             printed = {k: v for k, v in facts(config).items() if k in CONFIG_LINE}
             worker_phase(config, platform, out)
         out["facts"] = {**facts(config), **printed, **resolved_graphs(out.get("cudagraph")),
+                        "model_runner": model_runner(config),
                         "cudagraph_stage": out.get("cudagraph_stage", "create_engine_config")}
         out["ok"] = True
     except UsageError as err:

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -65,7 +66,11 @@ GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
 TORCH_COMPANIONS = ("triton",)
 _ROUNDS = 6
 #: bumped when the way an environment is built changes (old ones are then rebuilt)
-ENV_FORMAT = "5"
+ENV_FORMAT = "6"
+#: torch-family packages the release's dependencies import for some models (transformers'
+#: image processors import torchvision for vision-language configs): installed at the
+#: version pip resolves *for the installed torch*, without dependencies, and listed
+TORCH_MATCHED = ("torchvision",)
 
 
 class EnvError(ReconError):
@@ -257,11 +262,13 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
         if not missing:
             break
         _install(staging / "bin" / "python", [_plain(r) for r in missing], wheelhouse, log)
+    matched = _torch_matched(staging / "bin" / "python", log)
+    _install(staging / "bin" / "python", matched, wheelhouse, log)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
                        metadata.distributions(path=[str(site)]))
     record: dict[str, object] = {
         "requirements": [str(r) for r in reqs], "installed": installed,
-        "torch_companions": list(TORCH_COMPANIONS),
+        "torch_companions": list(TORCH_COMPANIONS), "torch_matched": matched,
         "not_installed": dict(sorted(skipped.items())),
         "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
         "torch": _dist_version("torch"), "python": sys.version.split()[0],
@@ -270,6 +277,34 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
     _relocate(staging, root)
     return ReleaseEnv(root, root / "bin" / "python", _site(root), record,
                       float(record["built_seconds"]))  # type: ignore[arg-type]
+
+
+def _torch_matched(python: Path, log: Path) -> list[str]:
+    """``name==version`` of :data:`TORCH_MATCHED`, as pip resolves them beside the installed torch.
+
+    pip's own resolver (a dry run, with the installed torch pinned) chooses the
+    version whose ``torch`` requirement the installed CPU torch meets; offline, or
+    when none fits, nothing is added (the model classes that need it then fail with
+    the release's own error, and ``env.json`` says so under ``unavailable``).
+    """
+    torch_version = _dist_version("torch")
+    if not torch_version:
+        return []
+    out = []
+    for name in TORCH_MATCHED:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "report.json"
+            done = _pip(["--python", str(python), "install", "--dry-run", "--quiet",
+                         "--only-binary", ":all:", "--report", str(report), name,
+                         f"torch=={torch_version}"], log)
+            if done.returncode != 0 or not report.is_file():
+                continue
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                for item in json.loads(report.read_text())["install"]:
+                    meta = item["metadata"]
+                    if canonicalize_name(meta["name"]) == canonicalize_name(name):
+                        out.append(f"{meta['name']}=={meta['version']}")
+    return out
 
 
 def _relocate(staging: Path, root: Path) -> None:

@@ -96,6 +96,7 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
                     options: dict[str, Any] | None) -> None:
     """Run the recipes and fill ``report.comparisons`` and ``report.recipes``."""
     from ..recipes import all_recipes, run_recipe
+    from ..recipes.base import looked_up
 
     log = report.log
     engine = snapshot.package
@@ -111,13 +112,17 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
             why_not[name] = f"recipe {name} not available"
             continue
         opts = dict(options or {})
+        given = {}
         for option, quantity in INPUTS.get(name, {}).items():
             if option not in opts and quantity in log.observed:
                 opts[option] = log.observed[quantity].value
-                report.inputs.append({"recipe": name, "option": option, "quantity": quantity,
-                                      "value": opts[option], "line": log.observed[quantity].line})
+                given[option] = {"recipe": name, "option": option, "quantity": quantity,
+                                 "value": opts[option], "line": log.observed[quantity].line}
         try:
-            res = run_recipe(name, snapshot, config=config, flags=flags, options=opts)
+            with looked_up() as used:
+                res = run_recipe(name, snapshot, config=config, flags=flags, options=opts)
+            # an input counts where the recipe read it (slicing recipes read fewer)
+            report.inputs += [row for option, row in given.items() if option in used]
         except ReconError as err:
             why_not[name] = f"recipe {name} failed: {err}"
             continue

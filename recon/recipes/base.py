@@ -59,10 +59,30 @@ class Options(dict[str, Any]):
         return super().__contains__(key)
 
 
+#: the keys looked up inside each open :func:`looked_up` block
+_INNER: contextvars.ContextVar[tuple[set[str], ...]] = contextvars.ContextVar(
+    "recon_options_inner", default=())
+
+
 def _note(key: object) -> None:
+    if not isinstance(key, str):
+        return
     seen = _READ.get()
-    if seen is not None and isinstance(key, str):
+    if seen is not None:
         seen.add(key)
+    for inner in _INNER.get():
+        inner.add(key)
+
+
+@contextlib.contextmanager
+def looked_up() -> Iterator[set[str]]:
+    """The ``--set`` keys recipes look up inside the block (e.g. which inputs one recipe used)."""
+    mine: set[str] = set()
+    token = _INNER.set((*_INNER.get(), mine))
+    try:
+        yield mine
+    finally:
+        _INNER.reset(token)
 
 
 @contextlib.contextmanager

@@ -67,17 +67,21 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
             "attention_backend": backend}
 
 
-def engine_facts(ctx: RecipeContext) -> tuple[EngineFacts, list[str]]:
+def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
+                 ) -> tuple[EngineFacts, list[str]]:
     """The release's answer for this context (one child per distinct request in a process).
 
     Returns the facts and the assumptions recon made to ask (the model, when no
-    config was given; the board a compute capability stood for).
+    config was given and ``assume_model`` allows it: only answers that do not depend on
+    the model's layers; the board a compute capability stood for).
     """
     if ctx.snapshot.package != "vllm":
         raise NotApplicable(f"engine mode reads vLLM; the snapshot holds {ctx.snapshot.package}")
     req = engine_request(ctx)
     said: list[str] = []
     config = ctx.config
+    if config is None and not assume_model:
+        ctx.require_config()
     if config is None:
         config = json.loads(ASSUMED_MODEL.read_text(encoding="utf-8"))
         said.append(f"no config.json given: a small dense decoder "

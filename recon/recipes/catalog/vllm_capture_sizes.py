@@ -530,7 +530,7 @@ def _verdict(value: Any) -> tuple[str, int | None]:
 
 def run_engine(ctx: RecipeContext) -> RecipeResult:
     """Engine mode: the release's config, then its model runner's resolution and dispatcher."""
-    facts, said = engine_facts(ctx)
+    facts, said = engine_facts(ctx, assume_model=True)
     res = engine_result(NAME, ctx, facts, said, CAPTURE_KEYS)
     data = facts.facts
     printed, used = data.get("cudagraph_capture_sizes"), data.get("cudagraph_capture_sizes_resolved")
