@@ -90,6 +90,9 @@ def test_public_log_case(case: dict[str, Any]) -> None:
 
 #: the runs tests/test_engine_mode.py asks engine mode about (their answers are cached)
 REAL_RUNS = ["Q_default", "Q_prefix", "N_default", "N_prefix", "L_capture"]
+#: runs where 0.26.0 picks its V2 model runner (its own use_v2_model_runner; the log's
+#: "Capturing CUDA graphs (PIECEWISE)/(FULL)" bars), whose graph manager is not run yet
+V2_RUNS = {"L_capture"}
 
 
 @pytest.mark.parametrize("run", REAL_RUNS)
@@ -109,13 +112,19 @@ def test_recon_logs_on_a_real_h200_run(run: str) -> None:
                  "--set", "gpu=h200", "--set", "usage=llm", "--json")
     report = json.loads(done.stdout)
     rows = {c["quantity"]: c for c in report["comparisons"]}
-    assert done.returncode == 0, (done.stderr[-800:], rows)
     for quantity in ("cudagraph_capture_sizes", "kv_cache_tokens", "max_concurrency"):
         assert rows[quantity]["status"] == "match", rows[quantity]
     printed = [q for q in rows if q.startswith("cudagraph_graphs_")
                and rows[q]["status"] != "not in log"]
-    assert printed and all(rows[q]["status"] == "match" for q in printed), rows
-    assert all(c["status"] in ("match", "not in log") for c in report["comparisons"])
+    assert printed
+    if run in V2_RUNS:  # graph counts of the V2 runner are not predicted: exit 6, never 0
+        assert done.returncode == 6, done.stderr[-800:]
+        assert all(rows[q]["status"] == "no prediction" for q in printed), rows
+        rest = [c for c in report["comparisons"] if c["quantity"] not in printed]
+    else:
+        assert done.returncode == 0, (done.stderr[-800:], rows)
+        rest = report["comparisons"]
+    assert all(c["status"] in ("match", "not in log") for c in rest), rows
 
 
 def test_unknown_option_and_flag_are_errors() -> None:
