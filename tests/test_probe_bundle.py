@@ -305,3 +305,20 @@ def test_read_logs_tolerates_torn_lines_and_groups_processes(tmp_path: Path) -> 
     (t,) = summary.targets
     assert (t.calls, t.calls_exact, t.logged, t.meta_only) == (5, False, 2, 1)
     assert t.shapes == {"x=float16[2, 3]": 1, "x=float16[8, 3]": 1}
+
+
+@pytest.mark.parametrize(("src", "reads"), [
+    ("[c.num_blocks for c in result]", {"result"}),
+    ("[[g.size for g in c.groups] for c in result if c.n > limit]", {"result", "limit"}),
+    ("sorted(xs, key=lambda v, *a, k=1, **kw: v + off)", {"sorted", "xs", "off"}),
+    ("(y := n + 1) * y", {"n"}),
+    ("{k: v for k, v in d.items()}", {"d"}),
+])
+def test_expr_free_names_leave_out_its_own_bindings(src: str, reads: set[str]) -> None:
+    """Names an expression binds itself are not asked of the target (the check that gives
+    '--expr ... uses c, which is neither a parameter ...')."""
+    import ast
+
+    from recon.probes.validate import free_names
+
+    assert free_names(ast.parse(src, mode="eval")) == reads

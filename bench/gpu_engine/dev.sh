@@ -55,21 +55,24 @@ queue)
     # the GPU must be free of the previous engine before a new one profiles memory
     for i in $(seq 30); do u=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1); [ "$u" -lt 2000 ] && break; sleep 1; done
     now=$(date +%s); echo "=== $c model=$m timeout=${to}s gpu_used=${u}MiB $(date -u +%H:%M:%S)"
+    # a probe case mounts the bundle the way the README says: a read-only folder first on PYTHONPATH
+    pp=/tmp/site; probe=""
+    if python3 -c "import json,sys;sys.exit(0 if json.loads(sys.argv[1]).get('probe') else 1)" "$spec"; then
+      probe=1; rm -rf /tmp/recon-probe-logs /opt/recon-probe; mkdir -p /tmp/recon-probe-logs
+      cp -r $H/../../.gpu-engine/probe /opt/recon-probe && chmod -R a-w /opt/recon-probe
+      pp=/opt/recon-probe:/tmp/site; fi
     if python3 -c "import json,sys;sys.exit(0 if 'serve' in json.loads(sys.argv[1]) else 1)" "$spec"; then
       xa=$(python3 -c "import json,sys;print(' '.join(json.loads(sys.argv[1])['serve']))" "$spec")
-      SERVE_WAIT=$((to - 40)) timeout -k 10 $to python3 $H/serve_engine.py $c $H/models/$m 8011 $OUT/$c.log $xa
+      PYTHONPATH=$pp SERVE_WAIT=$((to - 40)) timeout -k 10 $to python3 $H/serve_engine.py $c $H/models/$m 8011 $OUT/$c.log $xa
     else
       kw=$(python3 -c "import json,sys;print(json.dumps(json.loads(sys.argv[1])['kwargs']))" "$spec")
-      pp=/tmp/site
-      if python3 -c "import json,sys;sys.exit(0 if json.loads(sys.argv[1]).get('probe') else 1)" "$spec"; then
-        rm -rf /tmp/recon-probe-logs; mkdir -p /tmp/recon-probe-logs; pp=$H/../../.gpu-engine/probe:/tmp/site; fi
       PYTHONPATH=$pp timeout -k 10 $to python3 $H/run_engine.py $c $H/models/$m "$kw" > $OUT/$c.log 2>&1
     fi
     rc=$?; dt=$(( $(date +%s) - now ))
     echo "$c" >> /tmp/gpu-done; echo "$m $eager $dt $c" >> /tmp/gpu-times; ran+=($c)
     echo "rc=$rc after ${dt}s"
     grep -aE "block size|Padding mamba|mamba_cache_mode|Available KV cache memory|GPU KV cache size|Maximum concurrency|Graph capturing finished|CUDA graph pool memory|cudagraph_capture_sizes=|Application startup complete|^OUT |TIMING|Error|error:" $OUT/$c.log | grep -v "^\s*$" | cut -c1-400 | tail -14
-    [ -d /tmp/recon-probe-logs ] && [ "$(ls -A /tmp/recon-probe-logs 2>/dev/null)" ] && tar -czf $OUT/probe-logs.tgz -C /tmp recon-probe-logs
+    if [ -n "$probe" ]; then ls -la /tmp/recon-probe-logs; tar -czf $OUT/probe-$c.tgz -C /tmp recon-probe-logs; fi
   done
   if [ ${#ran[@]} -gt 0 ]; then (cd $OUT && tar -czf logs-$(date +%H%M%S).tgz $(for c in "${ran[@]}"; do echo $c.log; done) && rm -f $(for c in "${ran[@]}"; do echo $c.log; done)); fi
   ls -la $OUT; echo "done: $(tr '\n' ' ' < /tmp/gpu-done)"; echo "call ${BUDGET}s budget, used $(( $(date +%s) - T0 ))s" ;;

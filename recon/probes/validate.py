@@ -67,6 +67,22 @@ def validate_targets(spec: ProbeSpec, snap: Snapshot, *, use_index: bool = True
     return [check_target(t, lookup) for t in spec.targets]
 
 
+def free_names(tree: ast.AST) -> set[str]:
+    """Names an expression reads from outside itself.
+
+    A comprehension's loop variables, a lambda's parameters and a ``:=`` target
+    are the expression's own (``[c.num_blocks for c in result]`` reads ``result``
+    only), so they are not looked up among the target's parameters.
+    """
+    nodes = list(ast.walk(tree))
+    own = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    own |= {a.arg for n in nodes if isinstance(n, ast.Lambda)
+            for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)}
+    own |= {a.arg for n in nodes if isinstance(n, ast.Lambda)
+            for a in (n.args.vararg, n.args.kwarg) if a is not None}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own
+
+
 def check_target(target: TargetSpec, lookup: IndexLookup | AstLookup) -> TargetCheck:
     out = TargetCheck(qualname=target.qualname, source=lookup.source)
     try:
@@ -83,8 +99,7 @@ def check_target(target: TargetSpec, lookup: IndexLookup | AstLookup) -> TargetC
         out.problems.append(f"--self-attr needs a method; {target.attr} is a {d.kind}")
     known = set(d.params) | {"result"} | set(dir(builtins)) | d.module_names
     for name, src in target.exprs.items():
-        unknown = sorted({n.id for n in ast.walk(ast.parse(src, mode="eval"))
-                          if isinstance(n, ast.Name) and n.id not in known})
+        unknown = sorted(free_names(ast.parse(src, mode="eval")) - known)
         if unknown:
             out.problems.append(f"--expr {name}={src} uses {', '.join(unknown)}, which is neither "
                                 f"a parameter {d.signature} nor a name of {target.module}")
