@@ -104,6 +104,24 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm.cudagraph.progress": (
         "Capturing CUDA graphs (decode, FULL): 100%|██████████| 67/67 [00:17<00:00,  3.77it/s]",
         {"cudagraph_graphs_decode": 67}),
+    "vllm.chunked_prefill": ("Chunked prefill is enabled with max_num_batched_tokens=16384.",
+                             {"max_num_batched_tokens": 16384}),
+    "vllm.mamba_ssm_dtype": ("Updating mamba_ssm_cache_dtype to 'float32' for NemotronH model",
+                             {"mamba_ssm_cache_dtype": "float32",
+                              "mamba_ssm_cache_dtype_arch": "NemotronH"}),
+    "vllm.device.memory": (
+        "Free memory on device (139.29/139.8 GiB) on startup. Desired GPU memory utilization is "
+        "(0.92, 128.62 GiB). Actual usage is 1.61 GiB for weight",
+        {"gpu_free_gib": 139.29, "gpu_total_gib": 139.8}),
+    "vllm.device.name": (
+        "Using default MoE config. Performance might be sub-optimal! Config file not found at "
+        "/x/fused_moe/configs/E=8,N=512,device_name=NVIDIA_H200.json",
+        {"gpu_device_name": "NVIDIA_H200"}),
+    "vllm.cudagraph.profiled": (
+        "Profiling CUDA graph memory: PIECEWISE=49 (largest=512), FULL=49 (largest=512), "
+        "ENCODER=3 (largest=4096)",
+        {"cudagraph_graphs_piecewise": 49, "cudagraph_graphs_piecewise_max": 512,
+         "cudagraph_graphs_full": 49, "cudagraph_graphs_full_max": 512}),
     "vllm.cudagraph.captured": ("Graph capturing finished in 25 secs, took 2.37 GiB",
                                 {"graph_capture_secs": 25, "graph_capture_gib": 2.37}),
     "vllm.spec.v1": (

@@ -24,6 +24,8 @@ read from the objects the release built and from the log records it emitted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -37,6 +39,7 @@ import sys
 import time
 import traceback
 import types
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -294,6 +297,81 @@ def parse_serve(argv: list[str], backend: str | None = None) -> Any:
     if getattr(args, "model_tag", None) is not None:
         args.model = args.model_tag
     return args
+
+
+def trim_logged_configs(argv: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Config objects a log's argument line printed whole, cut to what differs from defaults.
+
+    vLLM's ``non-default args`` line prints a config flag (``compilation_config``) as
+    the whole object the release built from it: every field, its init=False fields,
+    enums as reprs. Given back as is, the release's own parser refuses it. Each such
+    JSON value keeps only the fields the release's config class takes in ``__init__``
+    and whose value differs from that class's own default instance; which ones were
+    kept is returned per flag and reported.
+    """
+    hints = _engine_arg_types()
+    out: list[str] = []
+    kept: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        out.append(tok)
+        i += 1
+        if not (tok.startswith("--") and i < len(argv) and argv[i].lstrip().startswith("{")):
+            continue
+        name = tok[2:].replace("-", "_")
+        cls = _config_class(hints.get(name))
+        try:
+            value = json.loads(argv[i])
+        except ValueError:
+            continue
+        if cls is None or not isinstance(value, dict):
+            continue
+        value = _not_default(value, cls)
+        kept[name] = sorted(value)
+        out.append(json.dumps(value))
+        i += 1
+    return out, kept
+
+
+def _engine_arg_types() -> dict[str, Any]:
+    arg_utils = importlib.import_module("vllm.engine.arg_utils")
+    try:
+        return typing.get_type_hints(arg_utils.EngineArgs)
+    except Exception:  # noqa: BLE001 - a release whose hints do not resolve: raw annotations
+        return dict(getattr(arg_utils.EngineArgs, "__annotations__", {}))
+
+
+def _config_class(hint: Any) -> type | None:
+    """The dataclass a ``*_config`` field of ``EngineArgs`` holds (inside a Union too)."""
+    for tp in (hint, *typing.get_args(hint)):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return tp
+    return None
+
+
+def _not_default(value: dict[str, Any], cls: type) -> dict[str, Any]:
+    default = cls()
+    init = {f.name for f in dataclasses.fields(cls) if f.init}
+    return {k: v for k, v in value.items()
+            if k in init and as_logged(getattr(default, k, dataclasses.MISSING)) != v}
+
+
+def as_logged(value: Any) -> Any:
+    """A default value in the form a log's argument line shows it (after recon reads it).
+
+    Enums read back as ``Class.NAME`` (their repr's head), config objects as the
+    dict of their fields, tuples as lists.
+    """
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_logged(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [as_logged(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_logged(v) for k, v in value.items()}
+    return value
 
 
 def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, Any]]:
@@ -895,7 +973,10 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     probes = replace_subprocess_probes()
     try:
         with prov.active():
-            args = parse_serve(list(req["argv"]), req.get("attention_backend"))
+            argv = list(req["argv"])
+            if req.get("logged_args"):
+                argv, out["trimmed_configs"] = trim_logged_configs(argv)
+            args = parse_serve(argv, req.get("attention_backend"))
             config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
             out.update(how)
             # the engine prints its config line here, before the runner resolves graphs

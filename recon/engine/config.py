@@ -194,11 +194,17 @@ def _planned(result: dict[str, Any]) -> list[str]:
             "CUDA graphs; no KV capacity without --kv-memory-gib"]
 
 
+def _trimmed(result: dict[str, Any]) -> list[str]:
+    return [f"{name}: the log printed the whole object; the fields that differ from the "
+            f"release's defaults were given: {', '.join(kept) or 'none'}"
+            for name, kept in (result.get("trimmed_configs") or {}).items()]
+
+
 def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *,
                   gpu: str | None = None, usage: str = "serve",
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
                   kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
-                  attention_backend: str | None = None,
+                  attention_backend: str | None = None, logged_args: bool = False,
                   timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
@@ -207,7 +213,10 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
     (``kv_cache_tokens_range``), since one block more or less is within the log's rounding.
     ``attention_backend`` is a backend the user forced outside the command line
     (the child gives it as the release's own ``--attention-backend`` where its
-    parser has that flag, else as ``VLLM_ATTENTION_BACKEND``). Answers are kept
+    parser has that flag, else as ``VLLM_ATTENTION_BACKEND``). ``logged_args``: ``flags``
+    was rebuilt from a log's argument line, whose config objects are printed whole; the
+    child keeps only the fields that differ from the release's defaults (and says so).
+    Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
     Raises :class:`EngineUsageError` where the release's parser refuses the
@@ -223,14 +232,15 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
         [int((kv_memory_gib + d) * (1 << 30)) for d in (-kv_memory_precision_gib,
                                                          kv_memory_precision_gib)]
     extra = {**(env or {}), **({"recon:attention_backend": attention_backend}
-                               if attention_backend else {})}
+                               if attention_backend else {}),
+             **({"recon:logged_args": "1"} if logged_args else {})}
     key = result_key(snapshot, release_environment, argv, config_json, board, gpu_count, usage,
                      extra, [kv_bytes, kv_range], sandbox)
     result = cached_result(key)
     if result is None:
         result = _run_request(snapshot, release_environment, argv, config_json, board,
                               gpu_count, usage, env, [kv_bytes, kv_range], timeout,
-                              sandbox, attention_backend)
+                              sandbox, attention_backend, logged_args)
         if result.get("ok") or "usage_error" in result:  # the release's answer: the same next time
             store_result(key, result)
     else:
@@ -242,7 +252,8 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
 def _run_request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str],
                  config_json: dict[str, Any], board: GPU, gpu_count: int, usage: str,
                  env: dict[str, str] | None, kv: list[Any], timeout: float,
-                 sandbox: bool, attention_backend: str | None) -> dict[str, Any]:
+                 sandbox: bool, attention_backend: str | None,
+                 logged_args: bool = False) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="recon-engine-"))
     os.chmod(root, 0o755)  # the sandbox may start as nobody (recon run's layout does the same)
     try:
@@ -252,6 +263,7 @@ def _run_request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str],
         request["env"] = env
         request["kv_memory_bytes"], request["kv_memory_range_bytes"] = kv
         request["attention_backend"] = attention_backend
+        request["logged_args"] = logged_args
         return run_child(renv, snapshot, request, root=root, work=work, timeout=timeout,
                          sandbox=sandbox)
     finally:
@@ -368,7 +380,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
                **_printed_block(result),
                "draft_layers": ((result.get("layers") or {}).get("draft") or {}).get("layers")},
         logged=result.get("logged", {}),
-        assumptions=_assumptions(board, explicit, count, usage) + _planned(result),
+        assumptions=_assumptions(board, explicit, count, usage) + _planned(result)
+        + _trimmed(result),
         replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),
         attention_backends=result.get("attention_backends", {}),

@@ -23,6 +23,7 @@ from .parse import parse_text, read_log
 from .patterns import PATTERNS, match_line
 from .quantities import QUANTITIES
 from .report import render_console, render_markdown
+from .setting import settings_from_log
 from .traps import find_traps
 
 
@@ -33,14 +34,22 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     """Parse a log, find traps, and (with ``snapshot``) compare with the recipes' answers.
 
     ``snapshot`` is a :class:`~recon.snapshot.Snapshot`, a snapshot name/path or
-    any SOURCE (``pip:vllm==0.33.0``). Without ``flags`` the flags come from
-    the log's own argument line.
+    any SOURCE (``pip:vllm==0.33.0``); with ``config`` or ``flags`` and no
+    snapshot, the release the log names is fetched (``pip:vllm==<its version>``) and
+    the report says so. Without ``flags`` the flags come from the log's own argument
+    line; the GPU and the entry point come from the log where it tells them
+    (:mod:`recon.logs.setting`), and ``options`` (``--set``) override both.
     """
-    if options and snapshot is None:
-        raise ReconError("--set is a recipe option: it needs --snapshot (the release to predict with)")
     log = parse_text(text, engine=engine) if text is not None else read_log(path, engine=engine)
     find_traps(log)
     report = LogReport(log)
+    if snapshot is None and (config is not None or flags is not None):
+        snapshot = release_of(log)
+        report.notes.append(f"release from the log: {snapshot} (line {log.observed['version'].line})"
+                            if "version" in log.observed else f"release from the log: {snapshot}")
+    if options and snapshot is None:
+        raise ReconError("--set is a recipe option: it needs --snapshot or --config (the release "
+                         "to predict with)")
     if snapshot is None:
         return report
     from ..recipes import parse_flags
@@ -58,6 +67,7 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         from .argline import args_to_argv
 
         fl = parse_flags(args_to_argv(log.args, log.engine))
+        fl.from_log = True
         report.flags_from = f"the log's argument line (line {log.args_line})"
     else:
         fl = parse_flags(None)
@@ -72,11 +82,26 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
                             f"{snap.version}: predictions are for the snapshot's release")
     if config is None:
         report.notes.append("no --config: recipes that need the model's config.json say so")
+    settings, unsettled = settings_from_log(log)
+    report.notes += unsettled
     with options_read(options or {}, "the recipes this log ran"):
-        run_predictions(report, snap, config=config, flags=fl, options=options)
+        run_predictions(report, snap, config=config, flags=fl, options=options, settings=settings)
     return report
+
+
+def release_of(log: ServerLog) -> str:
+    """The PyPI release a log's engine version names (``pip:vllm==0.26.0``), for --config
+    or --flags without --snapshot; a version PyPI cannot have is an error that says so."""
+    if not log.engine or not log.version:
+        raise ReconError("--config/--flags need a release to predict with, and this log prints "
+                         "no engine version: pass --snapshot SOURCE (the image or wheel it ran)")
+    version = log.version.split("+")[0]
+    if "dev" in version or "+" in log.version:
+        raise ReconError(f"the log's engine is a development build ({log.engine} {log.version}), "
+                         "which PyPI does not have: pass --snapshot SOURCE (the image it ran)")
+    return f"pip:{log.engine}=={version}"
 
 
 __all__ = ["LINKS", "PATTERNS", "QUANTITIES", "Comparison", "ErrorReport", "Event", "LogReport",
            "Observed", "ServerLog", "Trap", "analyze", "find_traps", "match_line", "parse_text",
-           "read_log", "render_console", "render_markdown", "same"]
+           "read_log", "release_of", "render_console", "render_markdown", "same"]

@@ -27,6 +27,7 @@ from ..errors import ReconError
 from .models import Comparison, LogReport, ServerLog
 from .patterns import match_line
 from .quantities import QUANTITIES
+from .setting import FromLog
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,16 @@ LINKS: list[Link] = [
     # the capture progress bars: one graph per key of the release's own dispatcher
     Link("cudagraph_graphs_piecewise", "vllm-capture-sizes", ("cudagraph_graphs_piecewise",)),
     Link("cudagraph_graphs_full", "vllm-capture-sizes", ("cudagraph_graphs_full",)),
+    Link("cudagraph_graphs_piecewise_max", "vllm-capture-sizes",
+         ("cudagraph_graphs_piecewise_max",)),
+    Link("cudagraph_graphs_full_max", "vllm-capture-sizes", ("cudagraph_graphs_full_max",)),
     Link("cudagraph_graphs_mixed", "vllm-capture-sizes", ("cudagraph_graphs_mixed",)),
     Link("cudagraph_graphs_decode", "vllm-capture-sizes", ("cudagraph_graphs_decode",)),
+    Link("mamba_ssm_cache_dtype", "vllm-hybrid-page-align", ("mamba_ssm_cache_dtype",)),
+    Link("max_num_batched_tokens", "vllm-capture-sizes", ("max_num_batched_tokens",)),
+    Link("enable_prefix_caching", "kv-capacity", ("enable_prefix_caching",)),
+    Link("tensor_parallel_size", "kv-capacity", ("tensor_parallel_size",)),
+    Link("kv_cache_dtype", "kv-capacity", ("kv_cache_dtype",)),
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
     Link("max_total_num_tokens", "kv-capacity", ("max_total_num_tokens", "KV pool tokens"),
@@ -93,8 +102,13 @@ def recipes_for(log: ServerLog, engine: str) -> list[str]:
 
 
 def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any,
-                    options: dict[str, Any] | None) -> None:
-    """Run the recipes and fill ``report.comparisons`` and ``report.recipes``."""
+                    options: dict[str, Any] | None, settings: list[FromLog] | None = None) -> None:
+    """Run the recipes and fill ``report.comparisons`` and ``report.recipes``.
+
+    ``settings`` are options the log itself settles (its GPU, its entry point): each
+    recipe gets them unless the user's ``--set`` names the option, and
+    ``report.inputs`` says which recipe used which, from which line.
+    """
     from ..recipes import all_recipes, run_recipe
     from ..recipes.base import looked_up
 
@@ -118,6 +132,11 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
                 opts[option] = log.observed[quantity].value
                 given[option] = {"recipe": name, "option": option, "quantity": quantity,
                                  "value": opts[option], "line": log.observed[quantity].line}
+        for s in settings or []:
+            if s.option not in opts:
+                opts[s.option] = s.value
+                given[s.option] = {"recipe": name, "option": s.option, "quantity": s.why,
+                                   "value": s.value, "line": s.line}
         try:
             with looked_up() as used:
                 res = run_recipe(name, snapshot, config=config, flags=flags, options=opts)

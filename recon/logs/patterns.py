@@ -115,7 +115,8 @@ def _vllm_config(m: re.Match[str]) -> dict[str, Any]:
             out["speculative_method"] = spec["method"]
     for key, name in (("max_seq_len", "max_model_len"), ("enable_prefix_caching",
                                                          "enable_prefix_caching"),
-                      ("tensor_parallel_size", "tensor_parallel_size"), ("model", "model")):
+                      ("tensor_parallel_size", "tensor_parallel_size"), ("model", "model"),
+                      ("kv_cache_dtype", "kv_cache_dtype")):
         if key in cfg and cfg[key] is not None:
             out[name] = cfg[key]
     return out
@@ -150,6 +151,20 @@ def _graph_count(m: re.Match[str]) -> dict[str, Any]:
             "FULL": "cudagraph_graphs_full", "PIECEWISE": "cudagraph_graphs_piecewise"}.get(
         key, "cudagraph_graphs")
     return {name: int(m["n"])}
+
+
+def _graphs_profiled(m: re.Match[str]) -> dict[str, Any]:
+    """``PIECEWISE=49 (largest=512), FULL=49 (largest=512)``: graphs per mode and the largest.
+
+    The V1 model runner lists the graphs it is about to capture, by mode, before it profiles
+    their memory; they are the graphs the capture bars then count.
+    """
+    out: dict[str, Any] = {}
+    for mode, count, largest in re.findall(r"\b([A-Z_]+)=(\d+) \(largest=(\d+)\)", m["groups"]):
+        if mode in ("FULL", "PIECEWISE"):
+            name = f"cudagraph_graphs_{mode.lower()}"
+            out[name], out[f"{name}_max"] = int(count), int(largest)
+    return out
 
 
 def _sglang_batch(m: re.Match[str]) -> dict[str, Any]:
@@ -233,6 +248,22 @@ PATTERNS: list[LinePattern] = [
                 _r(r"Model loading took (?P<model_load_gib>\d+(?:\.\d+)?) GiB(?: memory)? and "
                    r"(?P<model_load_secs>\d+(?:\.\d+)?) s"),
                 "public logs 0.10.2 ('GiB and N seconds'), a user's log ('GiB memory and')"),
+    LinePattern("vllm.chunked_prefill", "vllm", "startup",
+                _r(r"Chunked prefill is enabled with max_num_batched_tokens="
+                   r"(?P<max_num_batched_tokens>\d+)"),
+                "source 0.26.0 (scheduler config); real H200 logs"),
+    LinePattern("vllm.mamba_ssm_dtype", "vllm", "startup",
+                _r(r"Updating mamba_ssm_cache_dtype to '(?P<mamba_ssm_cache_dtype>\w+)' for "
+                   r"(?P<mamba_ssm_cache_dtype_arch>\w+) model"),
+                "source 0.26.0 (model config hooks: NemotronH); real H200 logs"),
+    LinePattern("vllm.device.memory", "vllm", "startup",
+                _r(r"Free memory on device(?: \S+)? \((?P<gpu_free_gib>\d+(?:\.\d+)?)/"
+                   r"(?P<gpu_total_gib>\d+(?:\.\d+)?) GiB\) on startup"),
+                "source 0.26.0 (the worker's memory summary, and its 'less than desired' error)"),
+    LinePattern("vllm.device.name", "vllm", "startup",
+                _r(r"device_name=(?P<gpu_device_name>[A-Za-z][\w-]*)[,.]"),
+                "source 0.26.0 (kernel config file names: fused MoE, fp8/int8 block GEMM, "
+                "mamba SSM); real H200 logs"),
     LinePattern("vllm.kv_memory", "vllm", "startup",
                 _r(r"Available KV cache memory: (?P<available_kv_cache_memory_gib>\d+(?:\.\d+)?) GiB"),
                 "source 0.10.2 (%.2f), 0.29.0-0.33.0 (format_gib)"),
@@ -271,6 +302,11 @@ PATTERNS: list[LinePattern] = [
                    r"(?P<mode>\w+)\):\s*100%\|[^|]*\|\s*(?P<n>\d+)/(?P=n)\b"),
                 "source 0.29.0-0.33.0 (V1 runner: phase and mode; V2 runner: mode only); "
                 "public logs 0.10.2 (the tqdm bar's final state)", convert=_graph_count),
+    LinePattern("vllm.cudagraph.profiled", "vllm", "startup",
+                _r(r"Profiling CUDA graph memory: (?P<groups>[A-Z_]+=\d+ \(largest=\d+\)"
+                   r"(?:, [A-Z_]+=\d+ \(largest=\d+\))*)"),
+                "source 0.26.0 (V1 GPU model runner; the V2 runner does not print it)",
+                convert=_graphs_profiled),
     LinePattern("vllm.cudagraph.captured", "vllm", "startup",
                 _r(r"Graph capturing finished in (?P<graph_capture_secs>\d+) secs?, took "
                    r"(?P<graph_capture_gib>\d+(?:\.\d+)?) GiB"),
@@ -416,5 +452,6 @@ _PREFILTER = re.compile(
     r"version|args|Initializing|max model len|Hybrid|Mamba|attention block|Padding|Model loading|"
     r"KV cache|concurrency|blocks:|CUDA graph|Graph capturing|Capturing|gpu-memory-utilization|"
     r"SpecDecoding|Speculative metrics|throughput|Load weight|Cache is allocated|Memory pool|"
-    r"max_running_requests|max_total_num_tokens|cuda graph|graph end|batch|fired up|startup complete"
+    r"max_running_requests|max_total_num_tokens|cuda graph|graph end|batch|fired up|startup complete|"
+    r"Free memory on device|device_name=|Chunked prefill|mamba_ssm_cache_dtype"
 )

@@ -210,13 +210,24 @@ def _compare_section(report: LogReport) -> Section:
     ran = "; ".join(f"{k}: {v}" for k, v in report.recipes.items()) or "no recipe applies"
     note = f"{report.release} ({report.snapshot}); flags from {report.flags_from}. Recipes: {ran}."
     if report.inputs:
-        note += " Taken from the log as inputs: " + "; ".join(
-            f"{i['recipe']} --set {i['option']}={i['value']} (line {i['line']})"
-            for i in report.inputs) + "."
+        note += " Taken from the log: " + "; ".join(taken_from_log(report.inputs)) + "."
     if report.notes:
         note += " " + " ".join(f"Note: {n}." for n in report.notes)
     return Section("Predicted vs observed", ["quantity", "observed", "predicted", "recipe",
                                              "verdict", "note"], rows, note)
+
+
+def taken_from_log(inputs: list[dict[str, Any]]) -> list[str]:
+    """One phrase per option the log gave the recipes: value, line, what was read, for whom."""
+    grouped: dict[tuple[str, str, Any, Any], list[str]] = {}
+    for i in inputs:
+        key = (str(i["option"]), str(i["value"]), i["line"], i["quantity"])
+        grouped.setdefault(key, []).append(str(i["recipe"]))
+    out = []
+    for (option, value, line, what), recipes in grouped.items():
+        said = what if " " in str(what) else QUANTITIES[what].label if what in QUANTITIES else what
+        out.append(f"--set {option}={value} (line {line}: {said}; used by {', '.join(recipes)})")
+    return out
 
 
 def headline(report: LogReport) -> str:

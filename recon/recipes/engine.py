@@ -91,12 +91,14 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
     if how:
         said.append(how)
     command = ctx.command if ctx.command is not None else "vllm serve model"
-    key = json.dumps([ctx.snapshot.src.as_posix(), command, config, board, req],
+    logged = bool(getattr(ctx.given, "from_log", False))
+    key = json.dumps([ctx.snapshot.src.as_posix(), command, config, board, req, logged],
                      sort_keys=True, default=str)
     if key not in _MEMO:
         _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board, usage=req["usage"],
                                    gpu_count=req["gpu_count"], kv_memory_gib=req["kv_memory_gib"],
-                                   attention_backend=req["attention_backend"])
+                                   attention_backend=req["attention_backend"],
+                                   logged_args=logged)
     return _MEMO[key], said
 
 

@@ -72,6 +72,8 @@ class ServeFlags:
     values: dict[str, Any] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
+    #: rebuilt from a log's argument line (config objects there are printed whole)
+    from_log: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)

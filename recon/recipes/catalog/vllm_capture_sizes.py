@@ -537,13 +537,21 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
     if printed and used is not None and list(printed) != list(used):
         dropped = sorted(set(printed) - set(used))
         res.findings.insert(0, Finding("warn", f"the model runner changed the capture sizes the "
-                                       f"config line prints: {ranges(printed)} -> {ranges(used)}"
-                                       + (f" (dropped {ranges(dropped)})" if dropped else "")))
+                                       f"config line prints: {_brief(printed)} -> {_brief(used)}"
+                                       + (f" (dropped {_brief(dropped)})" if dropped else "")))
     if data.get("cudagraph_mode_resolved") not in (None, data.get("cudagraph_mode")):
         res.findings.insert(0, Finding("warn", f"cudagraph mode {data.get('cudagraph_mode')} "
                                        f"became {data['cudagraph_mode_resolved']} once the "
                                        "attention backends were known"))
     return res
+
+
+def _brief(sizes: Any) -> str:
+    """A list of capture sizes short enough for one line: ``[1, 2, 4, ..., 496, 512] (51)``."""
+    items = [int(x) for x in sizes]
+    if len(items) <= 8:
+        return str(items)
+    return f"[{', '.join(map(str, items[:3]))}, ..., {', '.join(map(str, items[-2:]))}] ({len(items)})"
 
 
 #: what this recipe shows of the release's answer (identifiers of ``--json``)

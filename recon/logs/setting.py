@@ -1,0 +1,108 @@
+"""Where and how the logged engine ran, as far as its own lines tell: the GPU and the entry point.
+
+The release decides many numbers from the device (batch defaults below 70 GiB,
+attention backends per compute capability) and from how it was started
+(``vllm serve`` and ``LLM(...)`` have different usage contexts and defaults). A
+log that came from an H200 must not be predicted for recon's default H100, so
+``recon logs`` reads both from the log and says which line it took them from.
+
+* GPU: a device name the release printed (``device_name=NVIDIA_H200`` in a
+  kernel-config path), else the total memory of the worker's ``Free memory on
+  device (free/total GiB)`` line, taken only when exactly one board of
+  :data:`recon.engine.gpus.GPUS` is that size; several boards of one size are
+  named and none is taken.
+* Entry point: an API-server version line (``vllm serve``) or an argument line
+  without one (``LLM(...)``, whose engine logs the same argument line).
+
+A user's ``--set gpu=`` / ``--set usage=`` always wins over the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.gpus import GPUS
+from .models import ServerLog
+
+#: how far a printed total may sit from a board's memory: the driver keeps some of it
+#: (an H200's 143,771 MiB is printed as 139.8 GiB, 0.4% less)
+MEMORY_TOLERANCE = 0.015
+
+#: version-line patterns that only the API server prints
+SERVER_VERSION_PATTERNS = ("vllm.version.api_server", "vllm.version.server", "vllm.version.logo")
+
+
+@dataclass(frozen=True)
+class FromLog:
+    """One recipe option read off the log: its value, the line, and what was read there."""
+
+    option: str
+    value: Any
+    line: int | None
+    why: str
+
+
+def settings_from_log(log: ServerLog) -> tuple[list[FromLog], list[str]]:
+    """The options the log settles (vLLM logs only), and notes on what it could not settle."""
+    if log.engine != "vllm":
+        return [], []
+    taken: list[FromLog] = []
+    notes: list[str] = []
+    board = _board(log, notes)
+    if board is not None:
+        taken.append(board)
+    usage = _usage(log)
+    if usage is not None:
+        taken.append(usage)
+    return taken, notes
+
+
+def board_by_name(name: str) -> str | None:
+    """The table key of a device name as the release prints it (spaces may be underscores)."""
+    want = name.replace("_", " ").strip().lower()
+    for board in GPUS.values():
+        if board.name.lower() == want:
+            return board.key
+    return None
+
+
+def boards_by_memory(total_gib: float) -> list[str]:
+    """Boards whose memory the printed total can be (within :data:`MEMORY_TOLERANCE`)."""
+    return [b.key for b in GPUS.values()
+            if b.memory_query and abs(b.memory_bytes / 2**30 - total_gib)
+            <= MEMORY_TOLERANCE * b.memory_bytes / 2**30]
+
+
+def _board(log: ServerLog, notes: list[str]) -> FromLog | None:
+    named = log.observed.get("gpu_device_name")
+    if named is not None:
+        key = board_by_name(str(named.value))
+        if key is not None:
+            return FromLog("gpu", key, named.line, f"the release named the device {named.value}")
+        notes.append(f"the log names the device {named.value} (line {named.line}), which is not "
+                     f"a board recon knows ({', '.join(GPUS)}); pass --set gpu=KEY")
+    total = log.observed.get("gpu_total_gib")
+    if total is None:
+        return None
+    keys = boards_by_memory(float(total.value))
+    if len(keys) == 1:
+        return FromLog("gpu", keys[0], total.line,
+                       f"the device's total memory, {total.value} GiB, is that board's")
+    if keys:
+        notes.append(f"the device's total memory, {total.value} GiB (line {total.line}), fits "
+                     f"{' and '.join(keys)}: pass --set gpu=KEY to say which")
+    else:
+        notes.append(f"no board recon knows has {total.value} GiB (line {total.line}); pass "
+                     f"--set gpu=KEY or a compute capability (--set gpu=sm90)")
+    return None
+
+
+def _usage(log: ServerLog) -> FromLog | None:
+    server = next((e for e in log.events if e.pattern in SERVER_VERSION_PATTERNS), None)
+    if server is not None:
+        return FromLog("usage", "serve", server.line, "an API-server version line (vllm serve)")
+    if log.args_line is not None:
+        return FromLog("usage", "llm", log.args_line,
+                       "an argument line with no API-server version line (LLM(...))")
+    return None
