@@ -66,7 +66,10 @@ def test_reads_every_number_the_engine_printed(case: str) -> None:
         assert got["max_cudagraph_capture_size"] == int(largest)
     if row["block size"] != "—":
         assert got["attention_block_size"] == int(row["block size"])
+    if row["padding"] != "—":
         assert got["mamba_padding_pct"] == _number(row["padding"])
+    else:  # the block fits the mamba page exactly (fp8 KV, speculative decoding): no line
+        assert "mamba_padding_pct" not in got
     mode = row["mamba cache mode"].split(";")[0].strip()
     if mode in ("align", "all", "none"):
         assert got["mamba_cache_mode"] == mode
@@ -121,3 +124,39 @@ def test_exit_status_says_what_was_not_predicted(v026: Snapshot) -> None:
     assert res.returncode == _exit_for(report), res.stderr
     unpredicted = [c for c in report["comparisons"] if c["status"] == "no prediction"]
     assert all(c["note"] for c in unpredicted)  # each says why
+
+
+def _config_of(case: str) -> Path:
+    """The config.json of a run: the model folder its own argument line names."""
+    log = analyze(REAL / f"{case}.log").log
+    return REAL / "configs" / f"{Path(str(log.args['model'])).name}.json"
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_recon_logs_predicts_every_number_from_the_log_alone(case: str, v026: Snapshot) -> None:
+    """``recon logs LOG --snapshot S --config C``, nothing else: the flags, the GPU and the
+    entry point come from the log itself, every number the engine printed that a recipe
+    covers is predicted, and every prediction matches (the CLI's exit status 0)."""
+    cmd = [sys.executable, "-m", "recon", "logs", str(REAL / f"{case}.log"), "--snapshot",
+           str(v026.root), "--config", str(_config_of(case)), "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    report = json.loads(res.stdout)
+    rows = {c["quantity"]: c for c in report["comparisons"]}
+    wrong = {q: (c["observed"], c["predicted"], c["status"], c["note"][:200])
+             for q, c in rows.items() if c["status"] not in ("match", "not in log")}
+    assert (res.returncode, wrong) == (0, {}), res.stderr[-600:]
+    row = TABLE[case]
+    must = ["kv_cache_tokens", "max_concurrency", "enable_prefix_caching", "tensor_parallel_size"]
+    if "eager" not in row["capture sizes: n / max (config line)"]:
+        must += ["cudagraph_capture_sizes", "max_cudagraph_capture_size"]
+        must += (["cudagraph_graphs_piecewise", "cudagraph_graphs_full"]
+                 if "V2" in row["graphs profiled"] else
+                 ["cudagraph_graphs_mixed", "cudagraph_graphs_decode"])
+    if row["block size"] != "—":
+        must += ["attention_block_size"] + (["mamba_padding_pct"] if row["padding"] != "—" else [])
+    assert all(rows[q]["status"] == "match" for q in must), {q: rows.get(q) for q in must}
+    taken = {(i["option"], i["value"]) for i in report["inputs"]}
+    usage = "serve" if "serve" in case else "llm"
+    assert {("gpu", "h200"), ("usage", usage)} <= taken, report["inputs"]
+    assert report["flags_from"].startswith("the log's argument line")
+

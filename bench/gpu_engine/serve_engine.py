@@ -38,7 +38,8 @@ def main() -> None:
         t1 = time.time()
         if ok:
             body = json.dumps({"model": "m", "prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 8,
-                               "temperature": 0.0, "ignore_eos": True}).encode()
+                               "temperature": 0.0, "ignore_eos": True,
+                           "return_token_ids": True}).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
             try:

@@ -672,8 +672,13 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                  "_check_and_update_cudagraph_mode)"
         return
     if model_runner(config) == "V2":
-        out["cudagraph_stage"] = "create_engine_config (the release picks its V2 model runner, " \
-                                 "whose graph manager engine mode does not run yet)"
+        try:
+            v2_cudagraph_phase(config, kv, out)
+        except Exception as err:  # noqa: BLE001 - graph counts only: the other numbers stand
+            out["errors"].append({"stage": "cudagraph_phase (V2 model runner's graph manager)",
+                                  "error": f"{type(err).__name__}: {err}"})
+            out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner: "
+                                      f"its graph manager raised {type(err).__name__})")
         return
     view = RunnerView(config)
     dispatcher = dispatcher_cls(config)
@@ -708,6 +713,69 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                                            "max_capture_size"),
                         "uniform_decode_query_len": uniform, "graphs": graphs}
     out["cudagraph_stage"] = "model runner: _check_and_update_cudagraph_mode"
+
+
+def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
+    """The V2 model runner's graphs: its mode resolution, then its graph manager's candidates.
+
+    As the V2 runner does at KV-cache set-up: the lowest CUDA graph support of the
+    attention backends (each builder class's own ``get_cudagraph_support``), the
+    config's ``resolve_cudagraph_mode_and_sizes(..., use_v2_model_runner=True)``, then
+    ``CudaGraphManager._init_candidates`` on a view (no device, no graph pool), whose
+    ``_capture_descs`` are the graphs the capture bars count, per mode.
+    """
+    cg = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+    manager = getattr(cg, "CudaGraphManager", None)
+    if getattr(manager, "_init_candidates", None) is None or config.lora_config is not None:
+        out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner: "
+                                  + ("LoRA graph cases not modelled)" if manager is not None
+                                     else "no CudaGraphManager._init_candidates)"))
+        return
+    support_cls = _find(("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"),
+                        "AttentionCGSupport")
+    lowest, lowest_backend = support_cls.ALWAYS, None
+    layers = config.compilation_config.static_forward_context
+    for group in kv.kv_cache_groups:
+        per_layer = getattr(group.kv_cache_spec, "kv_cache_specs", None)
+        for name in group.layer_names:
+            getter = getattr(layers.get(name), "get_attn_backend", None)
+            if getter is None:
+                continue
+            backend = getter()
+            spec = per_layer[name] if per_layer else group.kv_cache_spec
+            support = backend.get_builder_cls().get_cudagraph_support(config, spec)
+            if support.value < lowest.value:
+                lowest, lowest_backend = support, backend.__name__
+    spec = getattr(config, "speculative_config", None)
+    decode_len = 1 + int(getattr(spec, "num_speculative_tokens", 0) or 0)
+    comp = config.compilation_config
+    resolve = comp.resolve_cudagraph_mode_and_sizes
+    wanted = inspect.signature(resolve).parameters
+    extra = {k: v for k, v in (("use_v2_model_runner", True),
+                               ("tensor_parallel_size",
+                                config.parallel_config.tensor_parallel_size),
+                               ("kv_cache_config", kv),
+                               ("max_num_reqs", config.scheduler_config.max_num_seqs))
+             if k in wanted}
+    mode = resolve(lowest, lowest_backend, decode_len, **extra)
+    view = object.__new__(manager)
+    view.__dict__.update(vllm_config=config, compilation_config=comp, cudagraph_mode=mode,
+                         decode_query_len=decode_len, lora_capture_cases=[0],
+                         max_num_reqs=config.scheduler_config.max_num_seqs,
+                         dp_size=config.parallel_config.data_parallel_size,
+                         tp_size=config.parallel_config.tensor_parallel_size,
+                         use_breakable_cg=False, _candidates={}, _capture_descs={})
+    manager._init_candidates(view)
+    graphs = {jsonable(m): {"count": len(descs), "max": max((int(d.num_tokens) for d in descs),
+                                                            default=0)}
+              for m, descs in view._capture_descs.items() if descs}
+    out["cudagraph"] = {"mode_resolved": jsonable(mode),
+                        "capture_sizes_resolved": jsonable(comp.cudagraph_capture_sizes),
+                        "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
+                                                           "max_capture_size"),
+                        "uniform_decode_query_len": decode_len, "graphs": graphs}
+    out["cudagraph_stage"] = "V2 model runner: resolve_cudagraph_mode_and_sizes, " \
+                             "CudaGraphManager._init_candidates"
 
 
 def model_runner(config: Any) -> str:
