@@ -109,3 +109,12 @@ def test_vllm_serve_answers_the_same_with_the_bundle() -> None:
 
     assert answer("L_serve_probe") == answer("L_serve")
     assert answer("L_serve")["usage"]["completion_tokens"] == 8
+
+
+def test_vllm_serve_and_llm_generate_the_same_ids() -> None:
+    """``L_serve2`` asked for its token ids: the same 8 as ``LLM(...)`` gave the same prompt."""
+    (line,) = _outputs("L_serve2")
+    ids = json.loads(line.split(" ", 1)[1])["choices"][0]["token_ids"]
+    offline = next(o for o in _outputs("L_default") if o.startswith("OUT prompt_len=8 "))
+    assert ids == json.loads(offline.split("tokens=", 1)[1])
+
