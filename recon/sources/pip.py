@@ -2,6 +2,9 @@
 
 An exact pin (``vllm==0.33.0``) already in the cache is reused without asking
 pip anything, so repeated snapshots and CI runs download each release once.
+An open spec (``vllm``, ``vllm>=0.30``) asks PyPI for the newest release; when
+PyPI cannot be reached, the newest cached wheel the spec allows is used and a
+warning line says so, with pip's own error (``recon demo`` offline).
 """
 
 from __future__ import annotations
@@ -38,6 +41,37 @@ def _cached(name: str, version: str) -> Path | None:
     return None
 
 
+def pip_failure(stderr: str) -> str:
+    """pip's own words for a failed download: its ERROR line, and the connection error behind
+    it when there is one (offline, pip only says "from versions: none")."""
+    lines = stderr.splitlines()
+    errors = [ln.strip() for ln in lines if ln.startswith("ERROR")]
+    network = []
+    for ln in lines:
+        m = re.search(r"(Failed to establish a new connection: [^'\")]+|ConnectTimeoutError\([^)]*\)|"
+                      r"Temporary failure in name resolution|Network is unreachable|ProxyError|"
+                      r"SSLError\([^)]*\))", ln)
+        if m:
+            network.append(m.group(1).strip())
+    said = errors[:1] + network[-1:]
+    return "; ".join(said) if said else stderr.strip()[-300:]
+
+
+def newest_cached(req: Requirement) -> Path | None:
+    """The newest wheel of ``req``'s project in the cache that ``req`` allows (None if none)."""
+    want = canonicalize_name(req.name)
+    found = {}
+    for whl in wheels_dir().glob("*.whl"):
+        try:
+            wname, wver, _, _ = parse_wheel_filename(whl.name)
+        except Exception:
+            continue
+        if wname == want:
+            found[wver] = whl
+    allowed = list(req.specifier.filter(found))  # pip's rule: pre-releases only if nothing else
+    return found[max(allowed)] if allowed else None
+
+
 def fetch_wheel(spec: str) -> Path:
     """Return the cached wheel for ``spec``, downloading it once if needed."""
     try:
@@ -51,8 +85,14 @@ def fetch_wheel(spec: str) -> Path:
            "--disable-pip-version-check", "-d", str(wheels_dir()), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")]
-        raise ReconError(f"pip could not download {spec}: " + (last[0] if last else proc.stderr[-300:]))
+        why = pip_failure(proc.stderr)
+        newest = None if len(pins) == 1 else newest_cached(req)
+        if newest is None:
+            raise ReconError(f"pip could not download {spec}: {why}")
+        version = parse_wheel_filename(newest.name)[1]
+        print(f"recon: warning: PyPI unreachable for {spec} ({why}); using the newest cached "
+              f"release, {req.name} {version}", file=sys.stderr, flush=True)
+        return newest
     found = re.findall(r"(?:Saved|File was already downloaded) (\S+\.whl)", proc.stdout)
     if not found:
         raise ReconError(f"pip download {spec} gave no wheel (sdist only?)")
