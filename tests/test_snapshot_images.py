@@ -11,6 +11,7 @@ come out as worked out by hand below.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -276,6 +277,42 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
     assert not list(cache.glob("tmp/docker-save-*"))
     assert not (out / "cut").exists()
     assert not out.exists() or not any(out.iterdir())  # no staging folder left either
+
+
+@pytest.mark.docker
+def test_a_killed_recons_containers_are_removed_at_the_next_start(loaded: str, docker_client,  # noqa: ANN001
+                                                                   tmp_path: Path) -> None:
+    """A create the engine was still answering when recon was killed lands with no recon alive.
+    The next `docker:` run removes the containers whose creator on this host is gone, says so,
+    and leaves those of a live recon and of another host alone."""
+    import uuid
+
+    from recon.sources.daemon import CONTAINER_LABEL, OWNER_LABEL, owner_id
+
+    ended = subprocess.run([sys.executable, "-c", "from recon.sources.daemon import owner_id; "
+                            "print(owner_id())"], capture_output=True, text=True, check=True)
+    owners = {"gone": ended.stdout.strip(), "alive": owner_id(), "elsewhere": "another-host:1:1"}
+    made = {}
+    try:
+        for who, owner in owners.items():
+            made[who] = docker_client.containers.create(
+                loaded, command=["/recon-never-started"], entrypoint=[], network_disabled=True,
+                name=f"recon-snapshot-test-{who}-{uuid.uuid4().hex[:6]}",
+                labels={CONTAINER_LABEL: loaded, OWNER_LABEL: owner})
+        env = {**os.environ, "RECON_CACHE": str(tmp_path / "cache")}
+        res = subprocess.run([sys.executable, "-m", "recon", "snapshot", f"docker:{loaded}",
+                              "--package", "vllm", "-o", str(tmp_path / "out")], env=env,
+                             capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-600:]
+        names = {c.name for c in docker_client.containers.list(
+            all=True, filters={"label": f"{CONTAINER_LABEL}={loaded}"})}
+        assert made["gone"].name not in names
+        assert {made["alive"].name, made["elsewhere"].name} <= names
+        assert f"a stopped recon left in the engine: {made['gone'].name}" in res.stderr
+    finally:
+        for c in made.values():
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
 
 
 @pytest.mark.docker

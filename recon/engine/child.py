@@ -875,8 +875,10 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     """
     update = getattr(type(platform), "update_block_size_for_backend", None)
     out["block_size_stage"] = "create_engine_config"
+    lap = time.monotonic()
     try:
         out["layers"] = build_layers(config)
+        out["phases"]["layers"] = round(time.monotonic() - lap, 2)
         if update is not None:
             update(config)
             out["block_size_stage"] = "worker: update_block_size_for_backend"
@@ -888,18 +890,22 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     out["attention_backends"] = backends(config)
     given = out.get("kv_memory_bytes")
     planned = int(given or out["gpu_memory_bytes"] * config.cache_config.gpu_memory_utilization)
+    lap = time.monotonic()
     try:
         kv = kv_phase(config, planned, out, report=bool(given))
         if given:
             out["kv"].update(kv_range(config, list(out.get("kv_memory_range_bytes") or [])))
+        out["phases"]["kv"] = round(time.monotonic() - lap, 2)
     except Exception as err:  # noqa: BLE001 - reported: no KV numbers
         out["errors"].append({"stage": "kv_phase", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-3000:]})
         return
     if not given:
         out["kv_planned_for_cudagraphs_bytes"] = planned
+    lap = time.monotonic()
     try:
         cudagraph_phase(config, kv, out)
+        out["phases"]["cudagraphs"] = round(time.monotonic() - lap, 2)
     except Exception as err:  # noqa: BLE001 - reported: sizes stay create_engine_config's
         out["errors"].append({"stage": "cudagraph_phase", "error": f"{type(err).__name__}: "
                               f"{err}", "traceback": traceback.format_exc()[-3000:]})
@@ -1032,7 +1038,8 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
 def answer(req: dict[str, Any]) -> dict[str, Any]:
     """The whole engine-mode run for one request (see the module docstring)."""
     start = time.monotonic()
-    out: dict[str, Any] = {"ok": False, "errors": [], "kv_memory_bytes": req.get("kv_memory_bytes"),
+    out: dict[str, Any] = {"ok": False, "errors": [], "phases": {},
+                           "kv_memory_bytes": req.get("kv_memory_bytes"),
                            "kv_memory_range_bytes": req.get("kv_memory_range_bytes"),
                            "gpu_memory_bytes": int(req["gpu"]["memory_bytes"])}
     finder, handler, platform = prepare(req)
@@ -1045,7 +1052,9 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
             if req.get("logged_args"):
                 argv, out["trimmed_configs"] = trim_logged_configs(argv)
             args = parse_serve(argv, req.get("attention_backend"))
+            out["phases"]["parse"] = round(time.monotonic() - imported, 2)
             config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
+            out["phases"]["config"] = round(time.monotonic() - imported - out["phases"]["parse"], 2)
             out.update(how)
             # the engine prints its config line here, before the runner resolves graphs
             printed = {k: v for k, v in facts(config).items() if k in CONFIG_LINE}
@@ -1069,7 +1078,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
                                    f"{type(platform).__mro__[1].__name__} (device queries)"}
     out["ran"] = prov.functions()
     out["seconds"] = {"import": round(imported - start, 2),
-                      "decide": round(time.monotonic() - imported, 2)}
+                      "decide": round(time.monotonic() - imported, 2), **out.pop("phases")}
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 

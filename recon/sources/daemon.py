@@ -3,7 +3,10 @@
 The container is created and **never started**; files come from the engine's
 archive API (``GET /containers/{id}/archive``), which returns the engine's own
 squashed view. The container is removed in every case, Ctrl-C included (the
-CLI turns SIGTERM into the same interruption).
+CLI turns SIGTERM into the same interruption). A create call the engine was
+still answering when recon was killed can land after recon is gone: every
+container carries its creator (host, pid, start time), and the next
+``docker:`` run removes those whose creator on this host is no longer alive.
 
 The engine cannot list a folder without sending everything under it, so what
 to read is found by asking for paths by name (a ``HEAD`` per path): the site
@@ -30,6 +33,8 @@ import io
 import json
 import os
 import posixpath
+import socket
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +44,8 @@ from ..locate import DEFAULT_PATH
 from .base import FILE, SYMLINK, Entry, Image, ImageConfig, Layer, tar_entries
 
 CONTAINER_LABEL = "io.recon.snapshot"  # on the created container; its value is the image ref
+#: who created it: "host:pid:start" of the recon process (start: its start time in clock ticks)
+OWNER_LABEL = "io.recon.owner"
 SAVE_EXPORT = "docker save export"  # media type of the stand-in layer that reports export progress
 PY_VERSIONS = [f"3.{m}" for m in range(8, 15)]
 GO_MODE_SYMLINK = 1 << 27  # os.FileMode bits in the engine's stat header
@@ -66,6 +73,45 @@ class _ChunkReader(io.RawIOBase):
         b[:n] = self.buf[:n]
         self.buf = self.buf[n:]
         return n
+
+
+def _start_ticks(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat`` field 22): with the pid, one process ever."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_id() -> str:
+    """This process as the creator of a container: ``host:pid:start``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_ticks(os.getpid())}"
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:start``) is a process of this host that no longer runs.
+
+    A creator on another host (a remote engine shared by several machines) is never
+    judged gone: only its own host can tell.
+    """
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    return _start_ticks(int(parts[1])) != parts[2]
+
+
+def sweep_survivors(client: Any) -> list[str]:
+    """Remove the containers killed recon processes of this host left (their names)."""
+    gone = []
+    with contextlib.suppress(Exception):
+        for c in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
+            owner = (c.labels or {}).get(OWNER_LABEL)
+            if owner and owner_gone(owner):
+                with contextlib.suppress(Exception):
+                    client.api.remove_container(c.id, force=True)
+                    gone.append(c.name)
+    return gone
 
 
 def _client() -> Any:
@@ -240,6 +286,10 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
     except docker.errors.APIError as err:
         raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
+    left = sweep_survivors(client)
+    if left:
+        print(f"recon: warning: removed {len(left)} container(s) a stopped recon left in the "
+              f"engine: {', '.join(sorted(left))}", file=sys.stderr, flush=True)
     if read == "layers":
         return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
@@ -261,7 +311,8 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
     try:
         container = client.containers.create(image.id, command=["/recon-never-started"], name=name,
                                              entrypoint=[], network_disabled=True,
-                                             labels={CONTAINER_LABEL: ref})
+                                             labels={CONTAINER_LABEL: ref,
+                                                     OWNER_LABEL: owner_id()})
         existing = [r for r in candidate_roots(config, python) if _stat(client, container.id, "/" + r) is not None]
         found = [f"{r}/{p}" for r in existing for p in packages
                  if _stat(client, container.id, f"/{r}/{p}") is not None]
