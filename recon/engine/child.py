@@ -23,6 +23,7 @@ read from the objects the release built and from the log records it emitted.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import enum
@@ -731,6 +732,11 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                   + ("LoRA graph cases not modelled)" if manager is not None
                                      else "no CudaGraphManager._init_candidates)"))
         return
+    unknown = v2_inputs_not_modelled()
+    if unknown:
+        out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner also "
+                                  f"passes {', '.join(unknown)}, which engine mode does not model)")
+        return
     support_cls = _find(("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"),
                         "AttentionCGSupport")
     lowest, lowest_backend = support_cls.ALWAYS, None
@@ -776,6 +782,33 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                         "uniform_decode_query_len": decode_len, "graphs": graphs}
     out["cudagraph_stage"] = "V2 model runner: resolve_cudagraph_mode_and_sizes, " \
                              "CudaGraphManager._init_candidates"
+
+
+#: what :func:`v2_cudagraph_phase` gives the V2 runner's two calls, beyond the positional ones
+V2_MODELLED = {"resolve_cudagraph_mode_and_sizes": {"use_v2_model_runner", "tensor_parallel_size",
+                                                    "kv_cache_config", "max_num_reqs"},
+               "ModelCudaGraphManager": {"decode_query_len", "lora_capture_cases"}}
+
+
+def v2_inputs_not_modelled() -> list[str]:
+    """Keywords the release's V2 runner gives its graph calls that the view does not.
+
+    Found by reading the runner's own source (``vllm.v1.worker.gpu.model_runner``): a
+    release that passes more (0.33.0: ``piecewise_capture_available``, ``varlen_decode``,
+    ``ubatch_runner``) decides its graphs from state engine mode does not build, so its
+    graph counts are not predicted rather than guessed.
+    """
+    module = importlib.import_module("vllm.v1.worker.gpu.model_runner")
+    tree = ast.parse(inspect.getsource(module))
+    unknown: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in V2_MODELLED:
+            unknown |= {k.arg for k in node.keywords if k.arg} - V2_MODELLED[name]
+    return sorted(unknown)
 
 
 def model_runner(config: Any) -> str:
