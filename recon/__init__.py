@@ -17,9 +17,15 @@ from .verify import Verification, verify_snapshot
 
 
 def snapshot(source: str, **kwargs):  # noqa: ANN201 - re-exported below
-    """Take a snapshot of ``source`` (see :func:`recon.snapshotter.take_snapshot`)."""
+    """Take a snapshot of ``source`` (see :func:`recon.snapshotter.take_snapshot`).
+
+    Running the same call again returns the snapshot it wrote when nothing behind the
+    source changed (a notebook cell run twice); a changed source under the same name
+    is still refused unless ``force=True``.
+    """
     from .snapshotter import take_snapshot
 
+    kwargs.setdefault("reuse_same", True)
     return take_snapshot(source, **kwargs)
 
 

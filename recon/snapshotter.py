@@ -109,7 +109,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                   include: Iterable[str] = (), all_files: bool = False,
                   platform: str | None = None, limits: CaptureLimits | None = None,
                   force: bool = False, progress: ProgressFn | None = None,
-                  docker_read: str = "site") -> Snapshot:
+                  docker_read: str = "site", reuse_same: bool = False) -> Snapshot:
     """Snapshot ``source`` (``docker:``, ``docker-archive:``, ``oci:``, ``oci-archive:``,
     ``wheel:``, ``pip:``, ``dir:``) and return the opened :class:`Snapshot`.
 
@@ -119,6 +119,11 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     through a symlink of the image is refused in one line
     (:class:`UnsafeArchiveError`): the files were written under the literal
     path, so a link there means the tree and the image disagree.
+
+    ``reuse_same``: when the destination already holds a snapshot of the same
+    source with the same files (path, sha256), return it instead of refusing
+    ("already exists"); a different one is still refused (``recon.snapshot``,
+    so that a notebook cell can run twice).
     """
     limits = limits or CaptureLimits()
     packages = [package] if package else list(DEFAULT_PACKAGES)
@@ -145,10 +150,26 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
             manifest = _manifest(image, found, snap_name, include, all_files)
             write_json_at(wfd, MANIFEST, manifest, label=base_dir)
             dest = base_dir / snap_name
+            if reuse_same and not force and _same_snapshot(dest, manifest):
+                return Snapshot.open(dest)  # the staging folder goes with the context
             commit(work, dest, replace=force)
     finally:
         image.close()
     return Snapshot.open(dest)
+
+
+def _same_snapshot(dest: Path, manifest: dict[str, Any]) -> bool:
+    """Whether ``dest`` is a snapshot of the same source, options and file contents."""
+    try:
+        old = Snapshot.open(dest).manifest
+    except (ReconError, OSError, ValueError):
+        return False
+    def digests(m: dict[str, Any]) -> dict[str, Any]:
+        return {p: r.get("sha256") for p, r in (m.get("files") or {}).items()}
+    same_source = all((old.get("source") or {}).get(k) == manifest["source"].get(k)
+                      for k in ("ref", "digest"))
+    return same_source and old.get("selection") == manifest.get("selection") and \
+        digests(old) == digests(manifest)
 
 
 def _squash(image: Image, writer: TreeWriter, *, packages: list[str], package: str | None,

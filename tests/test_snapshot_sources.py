@@ -87,6 +87,25 @@ def test_existing_snapshot_is_not_replaced_without_force(tmp_path: Path) -> None
     assert Snapshot.open(tmp_path / "out" / "s").name == "s"
 
 
+def test_the_api_returns_the_same_snapshot_when_run_again(tmp_path: Path) -> None:
+    """``recon.snapshot(...)`` twice (a notebook cell run again) gives the snapshot it wrote;
+    a changed source under the same name is refused as before, and nothing half-written stays."""
+    import recon
+
+    site = tmp_path / "site" / "vllm"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("A = 1\n")
+    first = recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")
+    again = recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")
+    assert again.root == first.root and again.manifest["created"] == first.manifest["created"]
+    (site / "__init__.py").write_text("A = 2\n")
+    with pytest.raises(ReconError, match="already exists"):
+        recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["s"]
+    assert Snapshot.open(tmp_path / "out" / "s").files["vllm/__init__.py"].sha256 == \
+        hashlib.sha256(b"A = 1\n").hexdigest()
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "recon", *args], capture_output=True, text=True, cwd=cwd)
 
