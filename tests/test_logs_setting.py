@@ -83,3 +83,17 @@ def test_nothing_is_read_off_an_sglang_log() -> None:
     taken, notes = settings_from_log(parse_text(MEMORY_LINE.format(free="1", total="139.8"),
                                                 engine="sglang"))
     assert (taken, notes) == ([], [])
+
+
+def test_the_release_a_log_names() -> None:
+    """``--config`` without ``--snapshot``: the log's own release, or one line saying why not."""
+    from recon.errors import ReconError
+    from recon.logs import release_of
+
+    assert release_of(read_log(REAL / "L_serve.log")) == "pip:vllm==0.26.0"
+    dev = parse_text("INFO 12-01 10:00:00 [api_server.py:1000] vLLM API server version "
+                     "0.11.1rc2.dev123+gabc1234\n", engine="vllm")
+    with pytest.raises(ReconError, match="development build"):
+        release_of(dev)
+    with pytest.raises(ReconError, match="prints no engine version"):
+        release_of(parse_text(ARGS_LINE, engine="vllm"))
