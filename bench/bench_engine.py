@@ -68,7 +68,7 @@ def main() -> None:
 
     def recon(dest: str, *extra: str) -> Callable[[], list[str]]:
         return lambda: [sys.executable, "-m", "recon", "snapshot", "-q", "--package", "vllm",
-                        "-o", str(fresh(work / dest)), "-n", "v", *extra, f"docker:{TAG}"]
+                        "-o", str(fresh(work / dest)), "--name", "v", *extra, f"docker:{TAG}"]
 
     def docker_cp() -> list[str]:
         dest = fresh(work / "cp")

@@ -172,7 +172,7 @@ def main() -> None:
 
     def recon(dest: Path, source: str, *extra: str) -> Callable[[], list[str]]:
         return lambda: [sys.executable, "-m", "recon", "snapshot", "-q", "--package", "vllm",
-                        "-o", str(fresh(dest)), "-n", "v", *extra, source]
+                        "-o", str(fresh(dest)), "--name", "v", *extra, source]
 
     da, oci = f"docker-archive:{archive}", f"oci:{layout}"
     best("floor: read every layer of the docker archive",

@@ -1,7 +1,7 @@
 """``recon demo``: the README's main job, on built-in defaults.
 
 Snapshots the latest vLLM and SGLang releases from PyPI (cached after the
-first run), runs every recipe on the example configs in ``examples/configs``
+first run), runs every recipe on the example configs shipped in ``recon/examples``
 with the serve flags each recipe declares as typical, and writes one Markdown
 report. Everything it prints comes from running the releases' own code.
 """
@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import ReconError
-from .recipes import RecipeResult, all_recipes, run_recipe
+from .examples import path as example_path
+from .recipes import RecipeResult, all_recipes, require_needs, run_recipe
 from .snapcache import ensure_snapshot
 from .snapshot import Snapshot
-
-
-def examples_dir() -> Path:
-    """``examples/configs`` of the checkout recon runs from (or of the current folder)."""
-    for base in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        cand = base / "examples" / "configs"
-        if cand.is_dir():
-            return cand
-    raise ReconError("examples/configs not found: run recon demo from the recon checkout")
 
 
 @dataclass
@@ -53,15 +43,17 @@ class DemoReport:
 def run_demo(*, vllm: str = "vllm", sglang: str = "sglang", only: list[str] | None = None,
              on_result: Any = None) -> DemoReport:
     """Snapshot both engines from PyPI and run every recipe's demo cases."""
+    for recipe in all_recipes():
+        if not only or recipe.name in only:
+            require_needs(recipe.name)
     snaps = {"vllm": ensure_snapshot(f"pip:{vllm}"), "sglang": ensure_snapshot(f"pip:{sglang}")}
     report = DemoReport(snaps)
-    configs = examples_dir()
     for recipe in all_recipes():
         if only and recipe.name not in only:
             continue
         engine = recipe.engine if recipe.engine != "any" else "vllm"
         for cfg_name, flags in recipe.demos or [(None, recipe.example)]:
-            cfg = configs / cfg_name if cfg_name else None
+            cfg = example_path(cfg_name) if cfg_name else None
             res = run_recipe(recipe.name, snaps[engine], config=cfg, flags=flags,
                              options=dict(recipe.demo_options))
             report.results.append((cfg_name or "", flags, res))

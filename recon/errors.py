@@ -34,3 +34,27 @@ class PackageNotFound(ReconError):
     def __init__(self, message: str, candidates: list[str]) -> None:
         super().__init__(message)
         self.candidates = candidates
+
+
+#: how a user gets the extra a recon feature needs (the distribution's name, not the import's)
+DISTRIBUTION = "inference-recon"
+
+
+def require_package(name: str, needed_for: str) -> None:
+    """Refuse, in one line that says how to install it, when ``name`` cannot be imported here.
+
+    recon keeps heavy packages optional (torch is gigabytes); the features that
+    need one call this first, so a user sees the install line instead of a
+    ``ModuleNotFoundError`` from inside a sandboxed child.
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return
+    hint = f"pip install '{DISTRIBUTION}[{name}]'" if name == "torch" else f"pip install {name}"
+    extra = " (a CPU build is enough: see the README's Install section)" if name == "torch" else ""
+    raise ReconError(f"{needed_for} needs {name}, which this Python cannot import: {hint}{extra}")

@@ -120,3 +120,127 @@ def test_logs_set_without_snapshot_is_an_error(tmp_path: Path) -> None:
     log.write_text("INFO 12-01 10:00:00 [kv_cache_utils.py:1] GPU KV cache size: 1,000 tokens\n")
     res = _recon("logs", str(log), "--set", "gpu=sm90")
     assert res.returncode == 2 and b"--snapshot" in res.stderr
+
+
+# ---------------------------------------------------------------- help and flag conventions
+
+def _commands(cmd: object, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    out = [(path, cmd)]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += _commands(sub, (*path, name))
+    return out
+
+
+def test_a_short_flag_means_one_thing_everywhere() -> None:
+    """``-f`` was --force in one verb and --format in another, ``-s`` --section and --snapshot."""
+    from recon.cli import command
+
+    meaning: dict[str, set[str]] = {}
+    for _path, cmd in _commands(command()):
+        for param in cmd.params:  # type: ignore[attr-defined]
+            longs = sorted(o for o in param.opts + param.secondary_opts if o.startswith("--"))
+            for short in (o for o in param.opts if len(o) == 2 and o[0] == "-"):
+                # an option's aliases (--out for --output) are one meaning
+                name = "--output" if "--output" in longs else longs[0] if longs else short
+                meaning.setdefault(short, set()).add(name)
+    assert meaning, "no short flags found: the walk is wrong"
+    clashes = {s: m for s, m in meaning.items() if len(m) > 1}
+    assert not clashes, clashes
+
+
+def test_help_shows_docker_style_value_words() -> None:
+    """No ``<bool>`` on a switch, no ``<list[str]>``, no ``{SOURCE}`` in usage lines."""
+    from recon.cli import command
+
+    root = command()
+    seen = 0
+    for path, _cmd in _commands(root):
+        if not path:
+            continue
+        res = _recon(*path, "--help", env={"COLUMNS": "200"})
+        assert res.returncode == 0, (path, res.stderr)
+        text = res.stdout.decode()
+        seen += 1
+        for bad in ("<bool>", "<list[", "<str>"):
+            assert bad not in text, (path, bad, text)
+        usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
+        assert "{" not in usage, (path, usage)
+    assert seen > 20
+
+
+def test_snapshot_ls_show_verify_are_subcommands(tmp_path: Path) -> None:
+    """``recon snapshot SOURCE`` still takes one; ls/show/verify have their own help and options."""
+    _package(tmp_path / "site", "1.0", "def f():\n    return 1\n")
+    env = {"RECON_CACHE": str(tmp_path / "cache")}
+    snaps = str(tmp_path / "snaps")
+    took = _recon("snapshot", f"dir:{tmp_path / 'site'}", "-o", snaps, "--name", "s", "--quiet", env=env)
+    assert took.returncode == 0, took.stderr
+    listed = _recon("snapshot", "ls", "--out", snaps, "--json", env=env)
+    assert listed.returncode == 0 and [s["name"] for s in json.loads(listed.stdout)] == ["s"]
+    shown = _recon("snapshot", "show", "s", "-o", snaps, "--json", env=env)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["package"]["name"] == "vllm"
+    assert _recon("snapshot", "verify", "s", "-o", snaps, "--quiet", env=env).returncode == 0
+    helped = _recon("snapshot", "verify", "--help").stdout.decode()
+    assert "Usage: recon snapshot verify [OPTIONS] NAME" in " ".join(helped.split())
+
+
+def test_shell_completion_answers() -> None:
+    res = _recon(env={"_RECON_COMPLETE": "complete_bash", "COMP_WORDS": "recon snaps", "COMP_CWORD": "1"})
+    assert res.returncode == 0 and res.stdout.decode().split() == ["snapshot"]
+
+
+# ---------------------------------------------------------------- install and package data
+
+def test_recipe_needing_torch_says_how_to_install_it(tmp_path: Path) -> None:
+    """Without torch the recipe answers with the install line, before any snapshot is read."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    # a sitecustomize that makes torch unimportable, the way a machine without it behaves
+    (hide / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, _NoTorch())\n")
+    env = {"PYTHONPATH": f"{hide}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    res = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(tmp_path / "none"), env=env)
+    assert res.returncode == 2, res.stderr
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "needs torch" in err[0] and "pip install 'inference-recon[torch]'" in err[0]
+    listed = _recon("recipe", "list", "--json", env=env)
+    needs = {r["name"]: r["needs"] for r in json.loads(listed.stdout)}
+    assert needs["vllm-capture-sizes"] == ["torch"] and needs["vllm-dflash-layers"] == []
+
+
+def test_example_configs_by_name() -> None:
+    from recon.examples import names, path
+    from recon.slicing.runner import load_config
+
+    assert "qwen3-next-80b-a3b-instruct" in names()
+    assert load_config("example:qwen3-next-80b-a3b-instruct")["model_type"] == "qwen3_next"
+    assert path("jamba-1.5-mini.json").is_file()
+    res = _recon("engine-config", "pip:vllm==0.33.0", "--flags", "vllm serve m", "--config", "example:nope")
+    assert res.returncode == 2
+    err = res.stderr.decode().strip()
+    assert "no example config named 'nope'" in err and "llama-3.1-8b-instruct" in err
+
+
+@pytest.mark.timeout(300)
+def test_wheel_ships_what_demo_needs(tmp_path: Path) -> None:
+    """A wheel built from the checkout holds the example configs, and installs the name it says."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(root)], check=True, capture_output=True, timeout=280)
+    wheel = next(tmp_path.glob("*.whl"))
+    assert wheel.name.startswith("inference_recon-")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    from recon.examples import names as shipped
+
+    for stem in shipped():
+        assert f"recon/examples/{stem}.json" in names
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
+    torch_lines = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: torch")]
+    assert torch_lines and not any("torch==" in ln for ln in torch_lines), torch_lines

@@ -330,7 +330,7 @@ def test_cli_json_markdown_html_terminal(trees: tuple[Path, Path], tmp_path: Pat
             assert not ex.code
         return capsys.readouterr().out
 
-    out = run("diff", a, b, "-s", "functions", "--json", "--markdown", str(md), "--html", str(page))
+    out = run("diff", a, b, "--section", "functions", "--json", "--markdown", str(md), "--html", str(page))
     data = json.loads(out[out.index("{"):])
     consts = data["fields"]["constants"]
     timeout = next(c for c in consts["changes"] if c["name"] == "TIMEOUT_S")
@@ -350,7 +350,7 @@ def test_cli_json_markdown_html_terminal(trees: tuple[Path, Path], tmp_path: Pat
     assert "| removed | `demo.defaults:GONE` | `= 'bye'` | - | demo/defaults.py:9 |" in text
     html = page.read_text()
     assert "<h3>Module constants</h3>" in html and "<code>demo.other:LIMIT</code>" in html
-    out = run("diff", a, b, "-s", "functions")
+    out = run("diff", a, b, "--section", "functions")
     assert "module constants" in out and "int | None = 16" in out  # not eaten as markup
     assert "module constants: 6 module constant changes in 2 modules" in out
     assert "class fields: 1 field change in 1 class" in out

@@ -336,7 +336,7 @@ def test_cli_json_markdown_terminal(trees: tuple[Path, Path], tmp_path: Path,
             assert not ex.code
         return capsys.readouterr().out
 
-    out = run("diff", a, b, "-s", "functions", "--json", "--markdown", str(md), "--html", str(page))
+    out = run("diff", a, b, "--section", "functions", "--json", "--markdown", str(md), "--html", str(page))
     data = json.loads(out[out.index("{"):])
     limit = next(c for c in data["fields"]["changes"] if c["field"] == "LIMIT")
     assert limit == {
@@ -355,7 +355,7 @@ def test_cli_json_markdown_terminal(trees: tuple[Path, Path], tmp_path: Path,
     assert "| removed | `demo.conf:EngineConfig.dropped` | `bool = False` | - |" in text
     assert "(class was `demo.old_home:Moved`)" in text
     assert "<h2>Class fields and module constants</h2>" in page.read_text()
-    out = run("diff", a, b, "-s", "functions")
+    out = run("diff", a, b, "--section", "functions")
     assert "class fields" in out and "Optional[BlockSize] = None" in out  # not eaten as markup
     assert "class fields: 6 field changes in 2 classes" in out
 

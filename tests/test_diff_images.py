@@ -121,14 +121,14 @@ def test_cli_tables_and_json(images: tuple[Path, Path], capsys: pytest.CaptureFi
     monkeypatch.setattr(console, "width", 160)  # a terminal wide enough for whole cells
     a, b = images
     try:
-        main(["diff", f"docker-archive:{a}", f"docker-archive:{b}", "-s", "image,distributions"])
+        main(["diff", f"docker-archive:{a}", f"docker-archive:{b}", "--section", "image,distributions"])
     except SystemExit as ex:
         assert not ex.code
     out = capsys.readouterr().out
     for text in ("VLLM_ATTENTION_BACKEND", "FLASHINFER", "transformers", "sglang", "0.5.23", "/app"):
         assert text in out
     try:
-        main(["diff", f"docker-archive:{a}", f"docker-archive:{b}", "-s", "dist", "--json"])
+        main(["diff", f"docker-archive:{a}", f"docker-archive:{b}", "--section", "dist", "--json"])
     except SystemExit as ex:
         assert not ex.code
     data = json.loads(capsys.readouterr().out)

@@ -28,11 +28,12 @@ from recon.engine.config import (
 )
 from recon.engine.env import requirements, skip_reason
 from recon.engine.gpus import GPUS, UnknownGPU, gpu
+from recon.examples import EXAMPLES_DIR
 from recon.snapshot import Snapshot
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "logs" / "real"
-EXAMPLES = Path(__file__).parent.parent / "examples" / "configs"
+EXAMPLES = EXAMPLES_DIR
 
 
 def _json(path: Path) -> dict:

@@ -17,6 +17,7 @@ import pytest
 
 import recon.logs
 from recon.cli import main
+from recon.examples import EXAMPLES_DIR
 from recon.logs import analyze, compare, render_markdown
 from recon.logs.compare import Link
 from recon.snapshot import Snapshot
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "logs"
-CONFIG = ROOT / "examples" / "configs" / "qwen3-next-80b-a3b-instruct.json"
+CONFIG = EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json"
 V0102 = DATA / "vllm-0.10.2-qwen3-next-tp2.log"
 V033 = DATA / "vllm-0.33.0-prediction-mismatch.log"
 ALL_LINKS = list(compare.LINKS)

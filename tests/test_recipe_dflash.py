@@ -13,15 +13,14 @@ The rules (quoted from vLLM 0.33.0's qwen3_dflash.py and eagle3_utils.py):
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
 
 NAME = "vllm-dflash-layers"
-Z_LAB = Path(__file__).resolve().parent.parent / "examples" / "configs" / "qwen3-8b-dflash-b16.json"
+Z_LAB = EXAMPLES_DIR / "qwen3-8b-dflash-b16.json"
 
 
 def _run(snap: Snapshot, config: object, **options: object):  # noqa: ANN202

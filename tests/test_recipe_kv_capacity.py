@@ -15,12 +15,12 @@ The formulas, read from the releases' code:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recon.errors import ReconError
+from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
 
@@ -33,7 +33,7 @@ def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = Non
 
 
 NAME = "kv-capacity"
-CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
+CONFIGS = EXAMPLES_DIR
 LLAMA = CONFIGS / "llama-3.1-8b-instruct.json"
 QWEN_NEXT = CONFIGS / "qwen3-next-80b-a3b-instruct.json"
 GIB = 1 << 30

@@ -9,16 +9,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from recon.errors import ReconError
+from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
 
 NAME = "vllm-mamba-align-column"
-CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
+CONFIGS = EXAMPLES_DIR
 FIELD_FLAGS = ("vllm serve M --enable-prefix-caching --max-model-len 272000 "
                "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'")
 # seed 000: a 101,376-token prefix, mamba block 1152, a 16-token block size in cache_config

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
 
@@ -37,7 +38,7 @@ def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = Non
 
 
 NAME = "vllm-hybrid-page-align"
-CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs"
+CONFIGS = EXAMPLES_DIR
 QWEN3_NEXT = CONFIGS / "qwen3-next-80b-a3b-instruct.json"
 NEMOTRON_H = CONFIGS / "nemotron-h-8b-base-8k.json"
 JAMBA = CONFIGS / "jamba-1.5-mini.json"

@@ -13,15 +13,14 @@ and ``h`` has NT = sum(ceil(extend_len / chunk)) rows (``prepare_chunk_offsets``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
 from recon.snapshot import Snapshot
 
 NAME = "sglang-track-ssm"
-QWEN3_NEXT = Path(__file__).resolve().parent.parent / "examples" / "configs" / \
+QWEN3_NEXT = EXAMPLES_DIR / \
     "qwen3-next-80b-a3b-instruct.json"
 
 pytest.importorskip("torch")

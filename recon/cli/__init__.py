@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 import typer
+import typer.main
 
 from ..errors import ReconError
 
@@ -23,7 +24,7 @@ app = typer.Typer(
     name="recon",
     help="Offline source reconnaissance for LLM inference engines (vLLM, SGLang).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -85,10 +86,63 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(sig, handler)
 
 
+#: how help names a value's type, docker-style (``--format string``); switches show none
+_TYPE_WORDS = {"str": "string", "int": "int", "float": "float", "path": "path", "Path": "path"}
+
+
+def command() -> Any:
+    """The click command tree of ``recon``, with help in the docker CLI's conventions.
+
+    Typer labels every option with its Python type (``<bool>`` on a plain
+    switch, ``<list[str]>`` on a repeatable one) and arguments as ``{a}``; here
+    a switch shows no value, a value shows one word (``string``, ``int``,
+    ``list``) and an argument its upper-case name, as ``docker --help`` does.
+    """
+    cmd = typer.main.get_command(app)
+    _conventions(cmd)
+    return cmd
+
+
+def _conventions(cmd: Any) -> None:
+    for sub in getattr(cmd, "commands", {}).values():
+        _conventions(sub)
+    made = cmd.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        opt = made(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+    cmd.get_help_option = help_option
+    for param in cmd.params:
+        if param.metavar is not None:
+            continue
+        if getattr(param, "is_flag", False) or getattr(param, "is_bool_flag", False):
+            param.metavar = ""
+        elif param.param_type_name == "argument":
+            _plain_argument(param)
+        else:
+            shown = param.display_type_rich(None) if hasattr(param, "display_type_rich") else None
+            word = str(shown or "").strip("<>").removesuffix("...")
+            param.metavar = "list" if word.startswith("list[") or param.multiple else \
+                _TYPE_WORDS.get(word, word or "value")
+
+
+def _plain_argument(param: Any) -> None:
+    """``SOURCE`` / ``[NAME]`` in usage (Typer writes ``{SOURCE}``) and no type column."""
+    name = param.name.upper()
+    param.metavar = name
+    shown = name if param.required else f"[{name}]"
+    shown += "..." if param.nargs != 1 else ""
+    param._usage_display_name = lambda: shown
+    param.display_type_rich = lambda ctx=None: None
+
+
 def _run(argv: list[str] | None) -> None:
     """Run the app; every way out becomes an exit status and at most one line on stderr."""
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = command().main(args=argv, prog_name="recon", standalone_mode=False)
         if isinstance(rc, int) and rc:  # typer.Exit(n) comes back as a return value here
             sys.exit(rc)
     except ReconError as err:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -42,7 +41,7 @@ assumptions recon made (GPU, usage context) and what it replaced."""
 def engine_config_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or a SOURCE (pip:vllm==0.33.0)."),
     flags: str = typer.Option(..., "--flags", help="The command line as typed: 'vllm serve MODEL ...'."),
-    config: Path = typer.Option(..., "--config", help="The model's config.json."),
+    config: Path = typer.Option(..., "--config", help="The model's config.json, or example:NAME for one shipped with recon."),
     gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
@@ -52,6 +51,7 @@ def engine_config_cmd(
 ) -> None:
     """``recon engine-config``."""
     from ..engine.config import engine_config
+    from ..slicing.runner import load_config
     from ..snapcache import ensure_snapshot
 
     extra = {}
@@ -60,10 +60,7 @@ def engine_config_cmd(
         if not eq:
             raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
         extra[name] = value
-    try:
-        cfg = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ReconError(f"cannot read {config}: {err}") from err
+    cfg = load_config(config)
     snap = ensure_snapshot(snapshot)
     facts = engine_config(snap, flags, cfg, gpu=gpu, usage="llm" if llm else "serve",
                           env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)

@@ -30,7 +30,7 @@ def _load(snapshot: str, workers: int | None = None, cache: bool = True) -> Snap
 
 def index_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0, dir:PATH, ...)."),
-    workers: int = typer.Option(None, "--workers", "-j", help="Parsing processes (default: all CPUs; 0: none)."),
+    workers: int = typer.Option(None, "--jobs", "-j", "--workers", help="Parsing processes (default: all CPUs; 0: none)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the per-file cache."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -140,7 +140,7 @@ def chain_cmd(
     name: str = typer.Option(None, "--name", help="Name of the --keep snapshot (default: <parent>--<target>)."),
     force: bool = typer.Option(False, "--force", help="Replace a kept snapshot of that name (only a "
                                "snapshot recon wrote there; nothing else is ever replaced)."),
-    fmt: str = typer.Option("tree", "--format", "-f", help="tree, dot, mermaid or svg."),
+    fmt: str = typer.Option("tree", "--format", help="tree, dot, mermaid or svg."),
     output: Path = typer.Option(None, "--output", "-o", help="Write the dot/mermaid/svg picture to this file."),
     budget: float = typer.Option(10.0, "--budget", help="Seconds before the answer is returned as partial."),
     max_nodes: int = typer.Option(5000, "--max-nodes", help="Graph size before the answer is returned as partial."),

@@ -25,7 +25,7 @@ def logs_cmd(
     snapshot: str | None = typer.Option(None, "--snapshot", "-s",
                                         help="Snapshot name/path, or any SOURCE (pip:vllm==0.33.0): "
                                              "compare with recon's predictions for this release."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json, or example:NAME for one shipped with recon."),
     flags: str | None = typer.Option(None, "--flags",
                                      help="The serve command line, quoted (default: recovered "
                                           "from the log's own argument line)."),

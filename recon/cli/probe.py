@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 @probe_app.command("new")
 def new(
-    out: Path = typer.Option(..., "-o", "--out", help="Bundle folder to write (probes/NAME)."),
+    out: Path = typer.Option(..., "-o", "--output", "--out", help="Bundle folder to write (probes/NAME)."),
     target: list[str] = typer.Option(..., "--target", "-t",
                                      help="QUALNAME 'package.module:Class.method' (repeatable)."),
     log: str = typer.Option("shapes,return", "--log",

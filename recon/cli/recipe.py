@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import ReconError
+from ..errors import DISTRIBUTION, ReconError
 from .output import console, emit_json
 
 #: ``recon recipe run``'s exit status when the release lacks the logic the recipe reads:
@@ -44,11 +44,14 @@ def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
         emit_json(rows)
         return
     t = Table(title="recipes")
-    for col in ("name", "engine", "answers"):
+    for col in ("name", "engine", "needs", "answers"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["engine"], r["title"])
+        t.add_row(r["name"], r["engine"], ", ".join(r["needs"]) or "-", r["title"])
     console.print(t)
+    if any(r["needs"] for r in rows):
+        console.print("needs: optional packages a recipe imports for real "
+                      f"(torch: pip install '{DISTRIBUTION}[torch]', a CPU build is enough)", markup=False)
 
 
 @recipe_app.command("show")
@@ -73,17 +76,18 @@ def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
 def run_cmd(
     name: str,
     snapshot: str = typer.Option(..., "--snapshot", "-s", help="Snapshot name/path, or any SOURCE (pip:vllm==0.33.0)."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="The model's config.json, or example:NAME for one shipped with recon."),
     flags: str | None = typer.Option(None, "--flags", help="Your serve command line, quoted."),
     sets: list[str] = typer.Option([], "--set", help="Recipe option KEY=VALUE (see recipe show)."),
     as_json: bool = typer.Option(False, "--json"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
 ) -> None:
     """Run one recipe on a snapshot with your config and flags (exit 5: not applicable to that release)."""
-    from ..recipes import run_recipe
+    from ..recipes import require_needs, run_recipe
     from ..snapcache import ensure_snapshot
     from ..writer import write_text
 
+    require_needs(name)
     snap = ensure_snapshot(snapshot)
     res = run_recipe(name, snap, config=config, flags=flags, options=parse_sets(sets))
     if as_json:

@@ -88,7 +88,7 @@ def _json_values(items: list[str], flag: str, py_flag: str) -> dict[str, Any]:
 def slice_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0)."),
     qualnames: list[str] = typer.Argument(..., help="Targets: package.module:Class.method"),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Write the module here."),
+    out: Path | None = typer.Option(None, "-o", "--output", "--out", help="Write the module here."),
     stub: list[str] = typer.Option([], "--stub", help="Name supplied at run time: do not walk "
                                                       "into it (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the slice's metadata as JSON."),
@@ -147,7 +147,7 @@ def _slice_tables(meta: dict[str, Any], out: Path) -> None:
 def run_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or any SOURCE (pip:vllm==0.33.0)."),
     qualname: str = typer.Argument(..., help="Target: package.module:Class.method"),
-    config: Path | None = typer.Option(None, "--config", help="Model config.json (or its folder)."),
+    config: Path | None = typer.Option(None, "--config", help="Model config.json (or its folder), or example:NAME for one shipped with recon."),
     arg: list[str] = typer.Option([], "--arg", help="NAME=JSON argument (repeatable)."),
     arg_py: list[str] = typer.Option([], "--arg-py", help="NAME=PYTHON_EXPR argument."),
     self_attr: list[str] = typer.Option([], "--self", help="ATTR=JSON attribute of self."),

@@ -1,4 +1,9 @@
-"""``recon snapshot SOURCE`` / ``ls`` / ``show NAME`` / ``verify NAME``."""
+"""``recon snapshot SOURCE`` (``take``), ``recon snapshot ls``, ``show NAME``, ``verify NAME``.
+
+Taking a snapshot is what the verb is for, so ``recon snapshot SOURCE`` stays the
+short form: a first word that is not one of the subcommands is a SOURCE and goes
+to ``take`` (``docker image ls`` / ``docker image inspect`` are the model for the rest).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import click
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from .output import console, emit_json, err_console, human_bytes
 
@@ -18,10 +25,26 @@ if TYPE_CHECKING:
 
 HELP = """Get a package's exact source out of an image without starting it.
 
+`recon snapshot SOURCE` takes one (the `take` command; see `recon snapshot take --help`).
 SOURCE is one of: docker:REF, docker-archive:PATH, oci:DIR, oci-archive:PATH,
-registry:REF, wheel:PATH, pip:SPEC, dir:PATH.  `recon snapshot ls` lists
-snapshots, `recon snapshot show NAME` prints one manifest and `recon snapshot
-verify NAME` re-hashes its files against the manifest (exit 1 on any difference)."""
+registry:REF, wheel:PATH, pip:SPEC, dir:PATH."""
+
+TAKE_HELP = """Take a snapshot of SOURCE: docker:REF, docker-archive:PATH, oci:DIR,
+oci-archive:PATH, registry:REF, wheel:PATH, pip:SPEC or dir:PATH."""
+
+OUT_HELP = "Folder that holds snapshots (default ./snapshots, or RECON_SNAPSHOTS)."
+
+
+class _SourceFirst(TyperGroup):
+    """A group whose first word, when it is not a subcommand, is a SOURCE for ``take``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["take", *args]
+        return super().parse_args(ctx, args)
+
+
+snapshot_app = typer.Typer(cls=_SourceFirst, no_args_is_help=True, help=HELP)
 
 
 def _parse_size(text: str, option: str) -> int:
@@ -125,12 +148,58 @@ def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:
         raise typer.Exit(1)
 
 
+def _open(name: str, out: Path | None) -> Snapshot:
+    from ..snapshot import Snapshot
+
+    return Snapshot.open(str(out / name) if out is not None and not Path(name).exists() else name)
+
+
+def ls_cmd(
+    out: Path | None = typer.Option(None, "--out", "-o", "--output", help=OUT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """List the snapshots in a folder."""
+    from rich.table import Table
+
+    from ..snapshot import list_snapshots
+
+    snaps = [summary(s) for s in list_snapshots(out)]
+    if as_json:
+        emit_json(snaps)
+        return
+    t = Table(title=f"snapshots in {out or 'snapshots/'}")
+    for col in ("name", "package", "version", "files", "size", "source"):
+        t.add_column(col)
+    for s in snaps:
+        t.add_row(s["name"], s["package"], str(s["version"]), str(s["files"]),
+                  human_bytes(s["bytes"]), s["source"])
+    console.print(t)
+
+
+def show_cmd(
+    name: str = typer.Argument(..., help="Snapshot name or folder."),
+    out: Path | None = typer.Option(None, "--out", "-o", "--output", help=OUT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Print a snapshot's manifest as tables: source, package, interpreter, image config, layers."""
+    _show(_open(name, out), as_json)
+
+
+def verify_cmd(
+    name: str = typer.Argument(..., help="Snapshot name or folder."),
+    out: Path | None = typer.Option(None, "--out", "-o", "--output", help=OUT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; nothing printed when all match."),
+) -> None:
+    """Re-hash a snapshot's files against its manifest (exit 1 on any edit, deletion or addition)."""
+    _verify(_open(name, out), as_json, quiet)
+
+
 def snapshot_cmd(
-    source: str = typer.Argument(..., help="SOURCE, or 'ls', 'show' or 'verify'."),
-    name: str | None = typer.Argument(None, help="With 'show' or 'verify': the snapshot name or path."),
-    package: str | None = typer.Option(None, "--package", "-p", help="Top-level package (default: vllm, then sglang)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Folder that holds snapshots (default ./snapshots)."),
-    snap_name: str | None = typer.Option(None, "--name", "-n", help="Snapshot name (default PACKAGE-VERSION[-SCHEME-DIGEST])."),
+    source: str = typer.Argument(..., help="Where the package comes from (see above)."),
+    package: str | None = typer.Option(None, "--package", help="Top-level package (default: vllm, then sglang)."),
+    out: Path | None = typer.Option(None, "--out", "-o", "--output", help=OUT_HELP),
+    snap_name: str | None = typer.Option(None, "--name", help="Snapshot name (default PACKAGE-VERSION[-SCHEME-DIGEST])."),
     include: list[str] = typer.Option([], "--include", help="Keep only package files matching GLOB (repeatable), e.g. 'vllm/**.py'."),
     all_files: bool = typer.Option(False, "--all-files", help="Also keep compiled binaries (.so, .cubin, ELF executables...)."),
     platform: str | None = typer.Option(None, "--platform", help="os/arch in a multi-platform index (default linux/amd64)."),
@@ -146,32 +215,6 @@ def snapshot_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
-    from rich.table import Table
-
-    from ..snapshot import Snapshot, list_snapshots
-
-    if source == "ls":
-        snaps = [summary(s) for s in list_snapshots(out)]
-        if as_json:
-            emit_json(snaps)
-            return
-        t = Table(title=f"snapshots in {out or 'snapshots/'}")
-        for col in ("name", "package", "version", "files", "size", "source"):
-            t.add_column(col)
-        for s in snaps:
-            t.add_row(s["name"], s["package"], str(s["version"]), str(s["files"]),
-                      human_bytes(s["bytes"]), s["source"])
-        console.print(t)
-        return
-    if source in ("show", "verify"):
-        if not name:
-            raise typer.BadParameter(f"recon snapshot {source} NAME")
-        ref = str(out / name) if out is not None and not Path(name).exists() else name
-        if source == "show":
-            _show(Snapshot.open(ref), as_json)
-            return
-        _verify(Snapshot.open(ref), as_json, quiet)
-        return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from ..errors import PackageNotFound
@@ -235,4 +278,8 @@ def snapshot_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("snapshot", help=HELP)(snapshot_cmd)
+    snapshot_app.command("take", help=TAKE_HELP)(snapshot_cmd)  # listed first: it is the verb's job
+    snapshot_app.command("ls")(ls_cmd)
+    snapshot_app.command("show")(show_cmd)
+    snapshot_app.command("verify")(verify_cmd)
+    app.add_typer(snapshot_app, name="snapshot")

@@ -49,7 +49,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import ReconError
+from ..errors import ReconError, require_package
 from ..paths import cache_dir
 
 #: the installed CPU torch is imported instead (never a CUDA build)
@@ -226,6 +226,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 def release_env(package: str, version: str, metadata_text: str) -> ReleaseEnv:
     """The environment of one release: from the cache, or built now (once)."""
+    require_package("torch", f"importing {package} {version} (engine mode)")
     reqs = requirements(metadata_text)
     base = cache_dir() / "envs"
     root = base / env_key(package, version, reqs)

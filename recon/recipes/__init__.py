@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import require_package
 from ..snapshot import Snapshot
 from .base import (
     Finding,
@@ -29,11 +30,23 @@ from .flags import ServeFlags, parse_flags
 from .registry import all_recipes, get, register
 
 
+def require_needs(name: str) -> Recipe:
+    """Recipe ``name``, once the optional packages it imports are known to be here.
+
+    Callers that fetch a release first (the CLI, ``recon demo``) call this before
+    the download, so a missing torch is said before minutes of work, not after.
+    """
+    recipe = get(name)
+    for package in recipe.needs:
+        require_package(package, f"recipe {recipe.name}")
+    return recipe
+
+
 def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path | dict[str, Any] | None = None,
                flags: str | list[str] | ServeFlags | None = None,
                options: dict[str, Any] | None = None) -> RecipeResult:
     """Run recipe ``name`` on a snapshot with a model config and serve flags."""
-    recipe = get(name)
+    recipe = require_needs(name)
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
     cfg = config if isinstance(config, dict) else load_model_config(config)
     ctx = RecipeContext(snap, cfg, flags, config_path=None if isinstance(config, dict) else
@@ -54,4 +67,4 @@ def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path
 
 __all__ = ["Finding", "NotApplicable", "Options", "Provenance", "Recipe", "RecipeContext", "RecipeResult",
            "ServeFlags", "Table", "all_recipes", "config_key", "get", "load_model_config",
-           "options_read", "parse_flags", "register", "run_recipe"]
+           "options_read", "parse_flags", "register", "require_needs", "run_recipe"]

@@ -312,15 +312,18 @@ class Recipe:
     reads_config: list[str]
     run: Callable[[RecipeContext], RecipeResult]
     example: str = ""  # a typical --flags line for the docs
-    #: (example config file name in examples/configs or None, --flags line) pairs for ``recon demo``
+    #: (a shipped example config's file name (recon/examples) or None, --flags line) pairs for ``recon demo``
     demos: list[tuple[str | None, str]] = field(default_factory=list)
     #: ``--set`` options every demo case of this recipe runs with (a KV memory, say)
     demo_options: dict[str, Any] = field(default_factory=dict)
+    #: optional packages the recipe imports for real (``torch``): checked before it runs, so a
+    #: missing one is an install line, and shown by ``recipe list``
+    needs: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "title": self.title, "why": self.why,
                 "reads_flags": self.reads_flags, "reads_config": self.reads_config,
-                "example": self.example}
+                "example": self.example, "needs": list(self.needs)}
 
 
 def load_model_config(path: str | Path | None) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ReconError
+from ..errors import ReconError, require_package
 from ..snapshot import Snapshot
 from ..writer import write_text
 from .closure import DEFAULT_BUDGET
@@ -89,12 +89,14 @@ def encode_value(value: Any, what: str) -> dict[str, Any]:
 
 
 def load_config(config: str | Path | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A config.json path or dict -> dict (checked here, so errors name the file)."""
+    """A config.json path (or ``example:NAME``) or dict -> dict (checked here, so errors name the file)."""
     if config is None:
         return None
     if isinstance(config, Mapping):
         return dict(config)
-    path = Path(config)
+    from ..examples import resolve
+
+    path = resolve(config)
     if path.is_dir():
         path = path / "config.json"
     try:
@@ -297,6 +299,8 @@ def _run_slice(snap: Snapshot, sl: Slice, calls: list[Call], targets: list[str],
             "positional": [encode_value(v, "positional argument") for v in c.positional],
         })
     real = list(real)
+    for name in real:
+        require_package(name.split(".")[0], f"running {', '.join(canonical.values())} with --real {name}")
     root, runtime, work, user_stubs = _layout(sl, sfile)
     try:
         request = {

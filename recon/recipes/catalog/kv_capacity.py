@@ -645,7 +645,7 @@ register(Recipe(
                   "head_dim", "layer_types", "full_attention_interval", "hybrid_override_pattern",
                   "sliding_window", "max_position_embeddings", "torch_dtype"],
     run=run,
-    example=("--config examples/configs/llama-3.1-8b-instruct.json --flags 'vllm serve "
+    example=("--config example:llama-3.1-8b-instruct --flags 'vllm serve "
              "meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072' --set available_kv_gib=60"),
     demo_options={"available_kv_gib": 40},
     demos=[
@@ -655,4 +655,5 @@ register(Recipe(
          "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4 "
          "--max-model-len 262144"),
     ],
+    needs=("torch",),
 ))

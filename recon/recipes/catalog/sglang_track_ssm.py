@@ -332,8 +332,9 @@ register(Recipe(
     reads_flags=["page_size"],
     reads_config=["mamba_chunk_size (else the release's default)"],
     run=run,
-    example="--config examples/configs/qwen3-next-80b-a3b-instruct.json "
+    example="--config example:qwen3-next-80b-a3b-instruct "
             "--set extend_lens=[4957,127]",
     demos=[("qwen3-next-80b-a3b-instruct.json",
             "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
+    needs=("torch",),
 ))

@@ -734,4 +734,5 @@ register(Recipe(
         (None, "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 256 "
                "--max-num-batched-tokens 8192"),
     ],
+    needs=("torch",),
 ))

@@ -218,7 +218,7 @@ register(Recipe(
                   "dflash_config (causal, use_swa, swa_window_size, target_layer_ids)",
                   "num_target_layers"],
     run=run,
-    example="--config examples/configs/qwen3-8b-dflash-b16.json",
+    example="--config example:qwen3-8b-dflash-b16",
     demos=[("qwen3-8b-dflash-b16.json", "vllm serve Qwen/Qwen3-8B --speculative-config "
             "'{\"method\": \"dflash\", \"model\": \"z-lab/Qwen3-8B-DFlash-b16\", "
             "\"num_speculative_tokens\": 15}'")],

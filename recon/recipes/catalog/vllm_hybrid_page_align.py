@@ -646,7 +646,7 @@ register(Recipe(
     reads_config=["architectures", "model_type", "torch_dtype", "num_key_value_heads", "head_dim",
                   "(the model class's mamba state keys)"],
     run=run,
-    example="--config examples/configs/qwen3-next-80b-a3b-instruct.json "
+    example="--config example:qwen3-next-80b-a3b-instruct "
             "--flags 'vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4'",
     demos=[
         ("qwen3-next-80b-a3b-instruct.json",
@@ -655,4 +655,5 @@ register(Recipe(
          "vllm serve nvidia/Nemotron-H-8B-Base-8K --enable-prefix-caching"),
         ("jamba-1.5-mini.json", "vllm serve ai21labs/AI21-Jamba-1.5-Mini --tensor-parallel-size 2"),
     ],
+    needs=("torch",),
 ))

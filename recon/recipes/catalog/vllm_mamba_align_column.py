@@ -357,7 +357,7 @@ register(Recipe(
     reads_config=["(through vllm-hybrid-page-align) the model's mamba state and attention keys",
                   "max_position_embeddings"],
     run=run,
-    example=("--config examples/configs/qwen3-next-80b-a3b-instruct.json --flags 'vllm serve "
+    example=("--config example:qwen3-next-80b-a3b-instruct --flags 'vllm serve "
              "Qwen/Qwen3-Next-80B-A3B-Instruct --enable-prefix-caching --max-model-len 262144' "
              "--set prefix_tokens=101376 --set cache_block_size=16 --set compare=pip:vllm==0.31.0"),
     demos=[
@@ -366,4 +366,5 @@ register(Recipe(
          "--enable-prefix-caching --max-model-len 262144 "
          "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'"),
     ],
+    needs=("torch",),
 ))
