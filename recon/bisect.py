@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import progress
 from .diffing.functions import compare
 from .diffing.model import CODE_KINDS, FunctionChange, function_json
 from .diffing.releases import is_range, resolve_range
@@ -363,11 +364,13 @@ def bisect(qualname: str, versions: str | Sequence[str], *, jobs: int = 4,
         if any(a is not None for a, _ in found):
             return _bisect_assignment(qualname, refs, snaps, found, start)
     rows: list[BisectRow] = []
-    for ref, snap, own in zip(refs, snaps, owns, strict=True):
-        fn, idx, note = find_function(snap, qualname, own)
-        rows.append(BisectRow(ref=ref if not isinstance(ref, Path) else str(ref),
-                              label=_label(snap, ref), version=snap.version, function=fn,
-                              status="first" if fn else "absent", note=note, index=idx))
+    with progress.step(f"finding {qualname} in each release", total=len(snaps), unit="releases") as line:
+        for ref, snap, own in zip(refs, snaps, owns, strict=True):
+            fn, idx, note = find_function(snap, qualname, own)
+            rows.append(BisectRow(ref=ref if not isinstance(ref, Path) else str(ref),
+                                  label=_label(snap, ref), version=snap.version, function=fn,
+                                  status="first" if fn else "absent", note=note, index=idx))
+            line.update(advance=1)
     for prev, row in zip(rows, rows[1:], strict=False):
         if prev.function is None and row.function is None:
             row.status = "absent"

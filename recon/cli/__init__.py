@@ -139,8 +139,19 @@ def _plain_argument(param: Any) -> None:
     param.display_type_rich = lambda ctx=None: None
 
 
+def _show_progress(argv: list[str]) -> None:
+    """Progress lines on stderr when it is a terminal, unless ``--quiet``/``-q`` or ``--json``."""
+    from .. import progress
+    from .output import err_console
+
+    progress.hide()
+    if err_console.is_terminal and not {"--quiet", "-q", "--json"} & set(argv):
+        progress.show_on(err_console)
+
+
 def _run(argv: list[str] | None) -> None:
     """Run the app; every way out becomes an exit status and at most one line on stderr."""
+    _show_progress(sys.argv[1:] if argv is None else argv)
     try:
         rc = command().main(args=argv, prog_name="recon", standalone_mode=False)
         if isinstance(rc, int) and rc:  # typer.Exit(n) comes back as a return value here

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import progress
 from ..errors import ReconError
 from ..snapcache import ensure_snapshot
 from ..snapshot import Snapshot
@@ -51,17 +52,25 @@ def open_sides(refs: Sequence[str | Path | Snapshot], *, jobs: int = 4,
     inflating and hashing (C code that releases the GIL) and disk writes.
     The first failure is raised as a ReconError naming its reference.
     """
-    if len(refs) <= 1 or jobs <= 1:
-        return [open_side(r, package=package) for r in refs]
+    with progress.step("opening sides (snapshots are downloaded and taken once, then cached)",
+                       total=len(refs), unit="sides") as line:
+        if len(refs) <= 1 or jobs <= 1:
+            opened = []
+            for r in refs:
+                opened.append(open_side(r, package=package))
+                line.update(advance=1)
+            return opened
 
-    def one(ref: str | Path | Snapshot) -> Snapshot:
-        try:
-            return open_side(ref, package=package)
-        except ReconError as err:
-            raise ReconError(f"{ref}: {err}") from err
+        def one(ref: str | Path | Snapshot) -> Snapshot:
+            try:
+                return open_side(ref, package=package)
+            except ReconError as err:
+                raise ReconError(f"{ref}: {err}") from err
+            finally:
+                line.update(advance=1)
 
-    with ThreadPoolExecutor(max_workers=min(jobs, len(refs))) as pool:
-        return list(pool.map(one, refs))
+        with ThreadPoolExecutor(max_workers=min(jobs, len(refs))) as pool:
+            return list(pool.map(one, refs))
 
 
 def display_label(snap: Snapshot) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import progress
 from ..errors import ReconError
 from ..paths import cache_dir
 from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
@@ -238,9 +239,11 @@ def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *
                      extra, [kv_bytes, kv_range], sandbox)
     result = cached_result(key)
     if result is None:
-        result = _run_request(snapshot, release_environment, argv, config_json, board,
-                              gpu_count, usage, env, [kv_bytes, kv_range], timeout,
-                              sandbox, attention_backend, logged_args)
+        with progress.step(f"importing {snapshot.package} {snapshot.version} in the sandbox: its parser, "
+                           f"config classes and {board.name}'s backends decide"):
+            result = _run_request(snapshot, release_environment, argv, config_json, board,
+                                  gpu_count, usage, env, [kv_bytes, kv_range], timeout,
+                                  sandbox, attention_backend, logged_args)
         if result.get("ok") or "usage_error" in result:  # the release's answer: the same next time
             store_result(key, result)
     else:

@@ -49,6 +49,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from .. import progress
 from ..errors import ReconError, require_package
 from ..paths import cache_dir
 
@@ -234,7 +235,9 @@ def release_env(package: str, version: str, metadata_text: str) -> ReleaseEnv:
         if (root / "env.json").is_file():
             record = json.loads((root / "env.json").read_text())
             return ReleaseEnv(root, root / "bin" / "python", _site(root), record, 0.0)
-        return _build(root, reqs, base / "wheelhouse")
+        with progress.step(f"first use of {package} {version}: installing its "
+                           f"{len(reqs)} requirements into an environment of its own"):
+            return _build(root, reqs, base / "wheelhouse")
 
 
 def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:

@@ -33,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import progress
 from ..errors import ReconError
 from ..snapshot import FileRecord, Snapshot, read_inside
 from .cache import IndexCache, decode, default_root, encode, new_pack_name, write_pack
@@ -154,13 +155,15 @@ def _collect(snap: Snapshot, files: list[FileRecord], store: IndexCache, workers
         nworkers = default_workers() if workers is None else workers
         root = str(store.root) if store.root is not None else None
         packed: dict[str, str] = {}
-        for path, sha, text, pack in _parse_all(snap, misses, nworkers, root, stats):
-            rec = decode(text)
-            if rec is None:
-                rec = _unreadable(text)
-            else:
-                packed[sha] = pack
-            records[path] = (path, sha, rec)
+        with progress.step(f"indexing {snap.name}", total=len(misses), unit="files") as line:
+            for path, sha, text, pack in _parse_all(snap, misses, nworkers, root, stats):
+                rec = decode(text)
+                if rec is None:
+                    rec = _unreadable(text)
+                else:
+                    packed[sha] = pack
+                records[path] = (path, sha, rec)
+                line.update(advance=1)
         store.add(packed)
     return [records[f.path] for f in files], edited
 

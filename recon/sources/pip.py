@@ -9,6 +9,7 @@ warning line says so, with pip's own error (``recon demo`` offline).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def fetch_wheel(spec: str) -> Path:
         return hit
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "-d", str(wheels_dir()), spec]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = _download(cmd, spec)
     if proc.returncode != 0:
         why = pip_failure(proc.stderr)
         newest = None if len(pins) == 1 else newest_cached(req)
@@ -97,6 +98,71 @@ def fetch_wheel(spec: str) -> Path:
     if not found:
         raise ReconError(f"pip download {spec} gave no wheel (sdist only?)")
     return Path(found[-1])
+
+
+#: pip's "Downloading NAME (330.2 MB)" line: the size it is about to fetch
+_SIZE = re.compile(r"Downloading \S+ \((\d+(?:\.\d+)?) (kB|MB|GB)\)")
+_UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
+    """Run ``pip download``, showing its bytes as a progress line (when the CLI shows progress).
+
+    pip draws its own bar only on a terminal it owns; here its output is read, so
+    the total comes from its "Downloading NAME (SIZE)" line and the bytes so far
+    from the files growing in a temporary folder of recon's own, given as TMPDIR.
+    """
+    import os
+    import shutil
+    import tempfile
+    import threading
+
+    from .. import progress
+
+    (cache_dir() / "tmp").mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="pip-", dir=cache_dir() / "tmp"))
+    env = dict(os.environ, TMPDIR=str(scratch))
+    out: list[str] = []
+    try:
+        with progress.step(f"downloading {spec}", unit="bytes") as line, \
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env) as proc:
+            stdout, stderr = proc.stdout, proc.stderr
+            assert stdout is not None and stderr is not None
+            err: list[str] = []
+            reader = threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)
+            reader.start()
+            done = threading.Event()
+
+            def poll() -> None:
+                while not done.wait(0.25):
+                    line.update(completed=_tree_bytes(scratch))
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            for text in stdout:
+                out.append(text)
+                if m := _SIZE.search(text):
+                    line.update(total=float(m.group(1)) * _UNITS[m.group(2)])
+            proc.wait()
+            done.set()
+            reader.join()
+            poller.join()
+        return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (files may vanish while pip works)."""
+    import os
+
+    total = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def open_pip(spec: str) -> Image:
