@@ -244,3 +244,66 @@ def test_wheel_ships_what_demo_needs(tmp_path: Path) -> None:
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
     torch_lines = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: torch")]
     assert torch_lines and not any("torch==" in ln for ln in torch_lines), torch_lines
+
+
+# ---------------------------------------------------------------- silent successes a new user met
+
+@pytest.fixture()
+def small_snap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    _package(tmp_path / "site", "1.0", "def f(n, b=2):\n    return (n - 1) // b\n")
+    env = {"RECON_CACHE": str(tmp_path / "cache")}
+    made = _recon("snapshot", f"dir:{tmp_path / 'site'}", "-o", str(tmp_path / "snaps"),
+                  "--name", "s", "--quiet", env=env)
+    assert made.returncode == 0, made.stderr
+    return tmp_path / "snaps" / "s", env
+
+
+def test_run_with_an_argument_the_function_does_not_take(small_snap: tuple[Path, dict[str, str]]) -> None:
+    """Was 'raised TypeError' and exit 0: the user's --arg is wrong, not the function."""
+    snap, env = small_snap
+    ok = _recon("run", str(snap), "vllm.m:f", "--arg", "n=9", "--json", env=env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["value"] == 4, ok.stderr
+    bad = _recon("run", str(snap), "vllm.m:f", "--arg", "n=9", "--arg", "nope=4", env=env)
+    assert bad.returncode == 2, bad.stdout
+    err = bad.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "it takes (n, b=2)" in err[0], err
+
+
+def test_probe_bundle_without_a_snapshot_needs_unchecked(tmp_path: Path) -> None:
+    res = _recon("probe", "new", "-o", str(tmp_path / "b"), "-t", "vllm.nope:Nope.nope")
+    assert res.returncode == 2 and b"--unchecked" in res.stderr
+    assert not (tmp_path / "b").exists()
+    res = _recon("probe", "new", "-o", str(tmp_path / "b"), "-t", "vllm.nope:Nope.nope", "--unchecked")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "b" / "sitecustomize.py").is_file()
+
+
+def test_probe_check_import_failure_is_an_error(small_snap: tuple[Path, dict[str, str]],
+                                                tmp_path: Path) -> None:
+    snap, env = small_snap
+    made = _recon("probe", "new", "-o", str(tmp_path / "b"), "-t", "vllm.m:f", "--snapshot", str(snap),
+                  env=env)
+    assert made.returncode == 0, made.stderr
+    # this Python has no `vllm` on its path: the target module cannot be imported
+    res = _recon("probe", "check", str(tmp_path / "b"), "--import", env={**env, "PYTHONPATH": ""})
+    assert res.returncode == 2
+    out = res.stdout.decode()
+    assert "[yellow]" not in out and "cannot import vllm.m" in out
+    assert b"could not be imported" in res.stderr
+    with_path = _recon("probe", "check", str(tmp_path / "b"), "--import",
+                       env={**env, "PYTHONPATH": str(snap / "src")})
+    assert with_path.returncode == 0, with_path.stdout.decode() + with_path.stderr.decode()
+
+
+def test_probe_read_reads_probe_logs_only_one_level_down(tmp_path: Path) -> None:
+    record = json.dumps({"kind": "verify", "pid": 7, "ts": 1.0, "python": "3.12", "targets": {}})
+    logs = tmp_path / "logs"
+    (logs / "host-a").mkdir(parents=True)
+    (logs / "host-a" / "probe-7-x.jsonl").write_text(record + "\n")
+    deep = logs / "host-b" / "old" / "more"
+    deep.mkdir(parents=True)
+    (deep / "probe-8-x.jsonl").write_text(record.replace('"pid": 7', '"pid": 8') + "\n")
+    (logs / "notes.jsonl").write_text(record + "\n")  # not a probe log's name
+    res = _recon("probe", "read", str(logs), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["files"] == ["host-a/probe-7-x.jsonl"]

@@ -49,12 +49,16 @@ def new(
     snapshot: str | None = typer.Option(None, "--snapshot",
                                         help="Validate targets against this snapshot and patch "
                                              "their 'from module import name' copies."),
+    unchecked: bool = typer.Option(False, "--unchecked",
+                                   help="Write the bundle without --snapshot: targets not checked "
+                                        "against the release (a typo then logs nothing, silently)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Write a probe bundle: mount it read-only and put it on PYTHONPATH."""
     from rich.table import Table
 
+    from ..errors import ReconError
     from ..probes import build_spec, new_bundle
 
     spec = build_spec(list(target), log=[x.strip() for x in log.split(",") if x.strip()],
@@ -62,6 +66,11 @@ def new(
                       every=every, max_bytes=max_bytes, log_dir=log_dir, only_argv=only_argv,
                       skip_argv=skip_argv)
     from ..snapcache import ensure_snapshot  # a snapshot name, or any SOURCE (pip:vllm==X)
+
+    if snapshot is None and not unchecked:
+        raise ReconError("a bundle's targets are checked against the release the engine runs: pass "
+                         "--snapshot SOURCE (pip:vllm==0.33.0, docker:IMAGE, a snapshot name), or "
+                         "--unchecked to write it without checking")
 
     bundle = new_bundle(out, spec, snapshot=ensure_snapshot(snapshot) if snapshot else None,
                         force=force)
@@ -109,8 +118,15 @@ def check(
         for q, status_text in result.targets.items():
             table.add_row(escape(q), escape(status_text))
         console.print(table)
+        for failure in result.import_failed:
+            console.print(f"[red]cannot import[/] {escape(failure)}")
         if result.stderr.strip():
-            console.print("[yellow]stderr:[/]\n" + result.stderr.strip(), markup=False)
+            console.print("[yellow]stderr:[/]")
+            console.print(result.stderr.strip(), markup=False, highlight=False)
+    if result.import_failed and result.loaded:
+        raise ReconError(f"the bundle loaded, but {len(result.import_failed)} target module(s) could not "
+                         f"be imported by {result.python} (--python names the engine's interpreter): "
+                         f"{result.import_failed[0]}")
     if not result.ok:
         raise ReconError("the bundle did not load cleanly (see above)")
 

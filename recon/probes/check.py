@@ -41,6 +41,8 @@ class CheckResult:
     imported: list[str] = field(default_factory=list)
     stderr: str = ""
     elapsed_ms: float = 0.0
+    #: "module: ErrorType message" for each target module ``--import`` could not import
+    import_failed: list[str] = field(default_factory=list)
     # the same check as uid 65534 (when run as root): "loaded", "NOT loaded: ...", or
     # "not run: ..." when that user cannot start the interpreter at all
     unprivileged: str | None = None
@@ -48,18 +50,26 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return (self.returncode == 0 and self.loaded and not self.log_error
-                and not (self.unprivileged or "").startswith("NOT"))
+                and not self.import_failed and not (self.unprivileged or "").startswith("NOT"))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
 
-def _check_code(modules: list[str]) -> str:
-    return ("import importlib, sys\n"
-            f"for m in {modules!r}:\n"
-            "    try:\n        importlib.import_module(m)\n"
-            "    except Exception as e:\n        print('recon-check: cannot import', m, e,"
-            " file=sys.stderr)\n")
+#: what the check runs: import the modules named on its command line, one line per failure
+#: (a fixed program: the module names travel as arguments, never inside the code)
+CHECK_PROGRAM = """\
+import importlib, sys
+failed = False
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failed = True
+        print("recon-check: cannot import", name + ":", type(err).__name__, err, file=sys.stderr)
+sys.exit(3 if failed else 0)
+"""
+IMPORT_FAILED = "recon-check: cannot import "
 
 
 def _run(cmd: list[str], bundle: Path, logdir: str, timeout: float, cwd: str | None = None
@@ -87,15 +97,17 @@ def check_bundle(bundle: str | Path, *, python: str | None = None, import_target
     loaded = load_bundle(bundle)
     exe = python or sys.executable
     modules = sorted({t.module for t in loaded.spec.targets}) if import_targets else []
-    code = _check_code(modules)
+    code = ["-c", CHECK_PROGRAM, *modules]
     with tempfile.TemporaryDirectory(prefix="recon-probe-check-") as logdir:
         start = time.perf_counter()
-        proc = _run([exe, "-c", code], loaded.path, logdir, timeout)
+        proc = _run([exe, *code], loaded.path, logdir, timeout)
         elapsed = (time.perf_counter() - start) * 1000
         summary = read_logs(logdir)
     result = CheckResult(bundle=str(loaded.path), python=exe, returncode=proc.returncode,
                          loaded=False, imported=modules, stderr=proc.stderr[-4000:],
-                         elapsed_ms=round(elapsed, 1))
+                         elapsed_ms=round(elapsed, 1),
+                         import_failed=[ln[len(IMPORT_FAILED):] for ln in proc.stderr.splitlines()
+                                        if ln.startswith(IMPORT_FAILED)])
     mine = [p for p in summary.processes if p.verified]
     if mine:
         first = mine[0]
@@ -109,7 +121,7 @@ def check_bundle(bundle: str | Path, *, python: str | None = None, import_target
     return result
 
 
-def _check_unprivileged(bundle: Path, exe: str, code: str, timeout: float) -> str:
+def _check_unprivileged(bundle: Path, exe: str, code: list[str], timeout: float) -> str:
     """The check again as uid 65534: a copy of the bundle (modes kept), a log folder of its own."""
     with tempfile.TemporaryDirectory(prefix="recon-probe-check-nobody-") as work:
         os.chmod(work, 0o755)
@@ -122,7 +134,7 @@ def _check_unprivileged(bundle: Path, exe: str, code: str, timeout: float) -> st
         if setpriv is None:
             return "not run: setpriv (util-linux) is not installed"
         cmd = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
-               exe, "-c", code]
+               exe, *code]
         proc = _run(cmd, copy, str(logdir), timeout, cwd=work)
         summary = read_logs(logdir) if os.access(logdir, os.R_OK) else None
         verified = [p for p in summary.processes if p.verified] if summary else []

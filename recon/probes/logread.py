@@ -156,12 +156,22 @@ def iter_records(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
+#: the names the runtime gives its logs (runtime.py: probe-PID-STAMP.jsonl)
+LOG_GLOB = "probe-*.jsonl"
+
+
 def read_logs(logdir: str | Path) -> LogSummary:
-    """Summarise every probe record under ``logdir``."""
+    """Summarise every probe log in ``logdir`` (and in its immediate subfolders).
+
+    Only the runtime's own files (``probe-PID-STAMP.jsonl``) are read, in the folder
+    and one level down (logs gathered per host or container); pointing at ``/tmp``
+    does not walk the whole tree, and links are not followed.
+    """
     root = Path(logdir)
     if not root.is_dir():
         raise ReconError(f"{root} is not a folder of probe logs")
-    files = sorted(p for p in root.rglob("*") if p.is_file()
+    files = sorted(p for p in [*root.glob(LOG_GLOB), *root.glob(f"*/{LOG_GLOB}")]
+                   if not p.is_symlink() and p.is_file()
                    and not any(part.startswith(".") for part in p.relative_to(root).parts))
     procs: dict[tuple[str, int], ProcessLog] = {}
     targets: dict[str, TargetLog] = {}

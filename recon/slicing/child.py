@@ -230,14 +230,20 @@ def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
     args = {k: inputs.value(v) for k, v in call.get("args", {}).items()}
     positional = [inputs.value(v) for v in call.get("positional", [])]
     try:
-        sig = inspect.signature(func)
-        params = sig.parameters
+        sig: inspect.Signature | None = inspect.signature(func)
     except (TypeError, ValueError):
-        params = {}
+        sig = None
+    params = sig.parameters if sig is not None else {}
     if config is not None:
         for name in ("config", "hf_config"):
             if name in params and name not in args and not positional:
                 args[name] = config
+    if sig is not None:  # arguments that do not fit are the caller's mistake, not the function's
+        try:
+            sig.bind(*positional, **args)
+        except TypeError as err:
+            out["error"] = {**_error(err), "kind": "arguments", "message": f"{err}; it takes {sig}"}
+            return out
     before = _self_picture(inst) if inst is not None else {}
     tracer = _Tracer()
     start = time.perf_counter()

@@ -31,7 +31,7 @@ CUT_SYMPTOMS = frozenset({"NameError", "ImportError", "ModuleNotFoundError", "At
 class RunError:
     """An exception raised by the engine code (or by a stub) during the call."""
 
-    kind: str  # exception | forbidden | config_key | stub_value | undefined | memory | sandbox | load
+    kind: str  # exception | forbidden | config_key | stub_value | undefined | memory | sandbox | load | arguments
     type: str
     message: str
     site: str  # innermost file:line of the slice on the traceback ("" when none)
@@ -183,7 +183,7 @@ class RunFailed(ReconError):
 #: what a child's report may contain (anything else is a malformed report)
 ERROR_KINDS = frozenset({"exception", "forbidden", "config_key", "stub_value", "undefined",
                          "memory", "recursion", "sandbox", "file_size", "load", "exit",
-                         "internal"})
+                         "internal", "arguments"})
 _STR_CAP = 1 << 20
 _LIST_CAP = 100_000
 _REFUSAL = {"event": str, "what": str, "detail": str, "site": str}

@@ -353,6 +353,9 @@ def _results(snap: Snapshot, sl: Slice, outcome: Any, limits: Limits, check: boo
                             for t in touches.get("touches", [])]
         res.assumptions = touches.get("assumptions", [])
     _raise_for_sandbox(report, results, limits)
+    for res in results:
+        if res.error is not None and res.error.kind == "arguments":
+            raise ReconError(f"{res.target}: the arguments given do not fit: {res.error.message}")
     if check:
         for res in results:
             res.raise_for_error()
