@@ -414,6 +414,25 @@ def test_platform_choice_in_an_index(oci_layouts: dict[str, Path], tmp_path: Pat
         take_snapshot(f"oci:{layout}", out=tmp_path / "c", package="vllm", platform="linux/s390x")
 
 
+@pytest.mark.docker
+def test_platform_asked_of_a_one_image_source(oci_layouts: dict[str, Path], built: dict[str, object],
+                                              tmp_path: Path) -> None:
+    """An index entry without a platform (and a docker save) took any --platform silently:
+    the image's own config says linux/amd64, so linux/arm64 is refused in one line."""
+    layout = tmp_path / "one"
+    shutil.copytree(oci_layouts["gzip"], layout)
+    index = json.loads((layout / "index.json").read_text())
+    index["manifests"] = [{k: v for k, v in m.items() if k != "platform"} for m in index["manifests"]][:1]
+    (layout / "index.json").write_text(json.dumps(index))
+    for source in (f"oci:{layout}", f"docker-archive:{built['archive']}"):
+        with pytest.raises(ReconError, match=r"platform linux/arm64 was asked for, but this image is linux/amd64"):
+            take_snapshot(source, out=tmp_path / "arm", package="vllm", platform="linux/arm64")
+        assert not (tmp_path / "arm").exists() or not any((tmp_path / "arm").iterdir())
+    snap = take_snapshot(f"oci:{layout}", out=tmp_path / "amd", package="vllm", include=["vllm/envs.py"],
+                         platform="linux/amd64")
+    assert snap.manifest["source"]["platform"] == "linux/amd64"
+
+
 def test_parallel_layer_scan_gives_the_same_snapshot(built: dict[str, object], tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """RECON_LAYER_WORKERS=2 scans two layers at once; the merge must not change the result."""

@@ -47,7 +47,15 @@ from .base import (
     max_ratio_default,
     verified_tar_entries,
 )
-from .oci import INDEX_TYPES, descriptor, diff_ids_of, is_index, pick_manifest, platform_of
+from .oci import (
+    INDEX_TYPES,
+    check_platform,
+    descriptor,
+    diff_ids_of,
+    is_index,
+    pick_manifest,
+    platform_of,
+)
 from .streams import CountingReader, FileWindow
 
 _INDEX_TYPES = INDEX_TYPES  # kept for importers of the old name
@@ -310,6 +318,8 @@ def _open_oci(store: BlobStore, ref: str, scheme: str, platform: str | None,
         layers.append(BlobLayer(store, blob_path(digest), i, digest, check=check,
                                 media_type=str(ld.get("mediaType") or "")))
     cfg = ImageConfig.from_image_json(config_blob, where=where)
+    if plat is None:
+        check_platform(platform, cfg.os, cfg.architecture, where)
     return Image(ref=ref, scheme=scheme, digest=str(desc["digest"]), layers=layers, config=cfg,
                  platform=plat or (f"{cfg.os}/{cfg.architecture}" if cfg.os else None),
                  extra={"config_digest": manifest["config"]["digest"]}, closer=store.close)
@@ -367,6 +377,7 @@ def _open_docker_archive(store: BlobStore, ref: str, platform: str | None,
                            max_ratio=max_ratio, name=f"layer {i} ({name})")
         layers.append(BlobLayer(store, name, i, named or diff_ids[i], check=check, media_type=""))
     cfg = ImageConfig.from_image_json(config_blob, where=ref)
+    check_platform(platform, cfg.os, cfg.architecture, ref)
     tags = ent.get("RepoTags") or []
     return Image(ref=ref, scheme="docker-archive", digest=digest, layers=layers, config=cfg,
                  platform=f"{cfg.os}/{cfg.architecture}" if cfg.os else None,

@@ -89,6 +89,21 @@ def _listed(index: dict[str, Any], where: str) -> list[dict[str, Any]]:
             if (m.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest"]
 
 
+def check_platform(asked: str | None, cfg_os: str, cfg_arch: str, where: str) -> None:
+    """Refuse an image whose own config names another platform than ``--platform`` asked for.
+
+    An index entry without a ``platform`` (one-image layouts, ``docker save``)
+    says nothing, so the image config's ``os``/``architecture`` decide; an image
+    that names neither is taken, as there is nothing to compare.
+    """
+    if not asked or not cfg_os:
+        return
+    have = f"{cfg_os}/{cfg_arch}" if cfg_arch else cfg_os
+    if have != asked and not asked.startswith(have + "/") and not have.startswith(asked + "/"):
+        raise ReconError(f"platform {asked} was asked for, but this image is {have} "
+                         "(its only image; drop --platform to take it)", where=where)
+
+
 def pick_manifest(index: dict[str, Any], platform: str | None, where: str,
                   load: Callable[[dict[str, Any]], dict[str, Any]], *,
                   _seen: frozenset[str] = frozenset()) -> tuple[dict[str, Any], str | None]:

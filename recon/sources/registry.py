@@ -45,7 +45,15 @@ from ..errors import ReconError
 from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Entry, Image, ImageConfig, Layer
 from .lazy import LazyLayer, lazy_format
-from .oci import DOCKER_SCHEMA1, INDEX_TYPES, MANIFEST_TYPES, diff_ids_of, is_index, pick_manifest
+from .oci import (
+    DOCKER_SCHEMA1,
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    check_platform,
+    diff_ids_of,
+    is_index,
+    pick_manifest,
+)
 from .streams import Bounded
 
 ACCEPT = ", ".join([*sorted(INDEX_TYPES), *sorted(MANIFEST_TYPES)])
@@ -786,6 +794,9 @@ def _open(client: RegistryClient, ref: Reference, platform: str | None,
         raise ReconError(f"manifest {digest} has no config or layers ({media or 'no media type'})",
                          where=where)
     config_blob, cfg_digest = _config(client, doc["config"])
+    if plat is None:  # one image, not an index: its own config says which platform it is
+        named = ImageConfig.from_image_json(config_blob, where=where)
+        check_platform(platform, named.os, named.architecture, where)
     diff_ids = diff_ids_of(config_blob, len(doc["layers"]), where)
     cancel = threading.Event()
     layers = [_layer_for(client, i, ld, diff_ids[i], max_layer_size, cancel, max_ratio)
