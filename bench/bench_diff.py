@@ -19,10 +19,16 @@ What it measures, every run in a fresh process (wall time, median of ``--runs``)
 * ``recon bisect`` of ``MambaHybridModelState.add_request`` over six cached
   releases: the CLI with the PyPI range ``vllm==0.28.0..0.33.0`` (which
   asks pip for the release list) and the library call on the same six
-  snapshots.
+  snapshots;
+* report writing: the whole ``recon diff A B`` command with and without
+  ``--html`` and ``--markdown`` (default ``--limit``), warm (the snapshots and
+  their index cached, one untimed run first); writing is the difference of
+  the two medians, and the two files' sizes are given (``--reports-only``
+  times this alone).
 
 Targets (issue 7): warm under 1.5x git's time, cold under 10 s, bisect
-under 5 s. Never asserted.
+under 5 s; report writing under 5 s, HTML under 3 MB, Markdown under
+1.5 MB. Never asserted.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -120,6 +127,40 @@ def med(xs: list[float]) -> float:
     return round(statistics.median(xs), 3)
 
 
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, the command's processes together) of one run.
+
+    On a machine other jobs share, CPU time barely moves while wall time doubles.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = wall(cmd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def time_reports(a: Path, b: Path, runs: int) -> dict[str, Any]:
+    """``recon diff A B`` with and without ``--html``/``--markdown``, and the reports' sizes.
+
+    Both commands run the same diff, so the difference of their medians is
+    what the reports cost: filling every function's diff, rendering, writing.
+    The runs alternate, so a neighbour's load falls on both alike.
+    """
+    plain = [sys.executable, "-m", "recon", "diff", str(a), str(b)]
+    with tempfile.TemporaryDirectory(prefix="recon-report-") as tmp:
+        page, md = Path(tmp) / "d.html", Path(tmp) / "d.md"
+        both = [*plain, "--html", str(page), "--markdown", str(md)]
+        wall(both)  # fills the index cache; the files prove the command worked
+        sections = page.read_text().count('<pre class="diff">')
+        pairs = [(timed(plain), timed(both)) for _ in range(runs)]
+        out = {"html_mb": round(page.stat().st_size / 1e6, 2),
+               "markdown_mb": round(md.stat().st_size / 1e6, 2), "sections": sections}
+    for i, key in enumerate(("", "_cpu")):
+        plain_s, both_s = med([p[i] for p, _ in pairs]), med([r[i] for _, r in pairs])
+        out |= {f"plain{key}": plain_s, f"with_reports{key}": both_s,
+                f"writing{key}": round(both_s - plain_s, 3)}
+    return out
+
+
 def compare_with_griffe(rows: list[list[Any]], a: Path, b: Path) -> dict[str, Any]:
     """How many of griffe's parameter findings recon names the same way on the same parameter."""
     from recon.diffing import diff
@@ -159,12 +200,18 @@ def main() -> None:
     ap.add_argument("--no-griffe", action="store_true")
     ap.add_argument("--markdown", type=Path, help="write the results as a Markdown table here")
     ap.add_argument("--json", type=Path, help="write the raw results here")
+    ap.add_argument("--reports-only", action="store_true",
+                    help="time report writing (--html, --markdown) alone")
     args = ap.parse_args()
 
-    snaps = snapshots(SIX)
+    snaps = snapshots(("0.32.0", "0.33.0") if args.reports_only else SIX)
     a, b = snaps["0.32.0"], snaps["0.33.0"]
     out: dict[str, Any] = {"a": str(a), "b": str(b), "cpus": os.cpu_count(),
                            "python": sys.version.split()[0]}
+    if args.reports_only:
+        out["reports"] = time_reports(a, b, args.runs)
+        finish(out, args)
+        return
 
     out["git_stat"] = med([wall(["git", "diff", "--no-index", "--stat", str(a / "src"),
                                  str(b / "src")]) for _ in range(args.runs)])
@@ -182,7 +229,7 @@ def main() -> None:
     out["diff_warm_timings"] = {k: med([r["timings"][k] for r in warm]) for k in warm[0]["timings"]}
     out["summary"], out["counts"], out["files_compared"] = (
         warm[0]["summary"], warm[0]["counts"], warm[0]["files"])
-    cli = [sys.executable, "-m", "recon", "diff", str(a), str(b), "-s", "functions"]
+    cli = [sys.executable, "-m", "recon", "diff", str(a), str(b), "--section", "functions"]
     out["diff_cli_warm"] = med([wall(cli) for _ in range(args.runs)])
     out["python_start_and_imports"] = med([wall([sys.executable, "-c", "import recon.cli"])
                                            for _ in range(args.runs)])
@@ -211,6 +258,12 @@ def main() -> None:
                      "cli_warm/git": round(out["diff_cli_warm"] / git, 2)}
     if "seconds" in out.get("griffe", {}):
         out["ratios"]["griffe/warm"] = round(out["griffe"]["seconds"] / out["diff_warm"], 1)
+    out["reports"] = time_reports(a, b, args.runs)
+    finish(out, args)
+
+
+def finish(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Print the results and write them where ``--json`` and ``--markdown`` say."""
     print(json.dumps(out, indent=2))
     if args.json:
         write_text(args.json, json.dumps(out, indent=2) + "\n")
@@ -219,9 +272,27 @@ def main() -> None:
 
 
 def to_markdown(o: dict[str, Any]) -> str:
+    head = ["| what | seconds | vs git diff --stat | target |", "|---|---|---|---|"]
+    rows = diff_rows(o) if "git_stat" in o else []
+    return "\n".join(head + rows + report_rows(o["reports"])) + "\n"
+
+
+def report_rows(r: dict[str, Any]) -> list[str]:
+    """The report-writing rows: both commands, their difference, the files' sizes (wall, CPU)."""
+    return [
+        f"| `recon diff A B` CLI, warm (the same diff, no reports) | {r['plain']} "
+        f"(CPU {r['plain_cpu']}) | | |",
+        f"| `recon diff A B --html F --markdown F` CLI, warm | {r['with_reports']} "
+        f"(CPU {r['with_reports_cpu']}) | | |",
+        f"| (of which report writing: {r['sections']} function diffs, HTML {r['html_mb']} MB, "
+        f"Markdown {r['markdown_mb']} MB) | {r['writing']} (CPU {r['writing_cpu']}) | | "
+        "< 5 s, < 3 MB, < 1.5 MB |",
+    ]
+
+
+def diff_rows(o: dict[str, Any]) -> list[str]:
     g = o.get("griffe", {})
     lines = [
-        "| what | seconds | vs git diff --stat | target |", "|---|---|---|---|",
         f"| `git diff --no-index --stat` (same two trees) | {o['git_stat']} | 1.0 | |",
         f"| recon diff, functions, warm (library call) | {o['diff_warm']} | "
         f"{o['ratios']['warm/git']}x | < 1.5x |",
@@ -239,7 +310,7 @@ def to_markdown(o: dict[str, Any]) -> str:
         f"| `recon bisect --versions vllm==0.28.0..0.33.0` CLI (asks pip for the list) | "
         f"{o['bisect_cli_range_six']} | | < 5 s |",
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

@@ -59,13 +59,13 @@ def _write_report(path: str, text: str) -> None:
 def diff_cmd(
     a: str = typer.Argument(..., help="Side A: snapshot name/folder or any SOURCE (pip:vllm==0.32.0, docker:IMG, ...)."),
     b: str = typer.Argument(..., help="Side B, the same way."),
-    section: list[str] = typer.Option(None, "--section", "-s", help="Sections to show: image, distributions, files, functions (repeat or comma-separate; default all)."),
+    section: list[str] = typer.Option(None, "--section", help="Sections to show: image, distributions, files, functions (repeat or comma-separate; default all)."),
     focus: str = typer.Option(None, "--focus", help="Only functions on the call chain around this one (callers and callees)."),
     depth: int = typer.Option(2, "--depth", help="With --focus: call edges up and down from the target."),
     show: bool = typer.Option(False, "--show", help="Print each changed function's unified diff, syntax-highlighted."),
     all_moved: bool = typer.Option(False, "--moved", help="List moved-only functions too (they are always counted)."),
     files: bool = typer.Option(False, "--files", help="List every changed file (default: counts and the first 40)."),
-    limit: int = typer.Option(200, "--limit", help="List at most this many changes per table (functions, class fields, module constants)."),
+    limit: int = typer.Option(200, "--limit", min=0, help="List at most this many changes per table (functions, class fields, module constants) and per-function diffs (--show, --markdown, --html); 0: no limit. --json always has them all."),
     context: int = typer.Option(3, "--context", "-U", help="Context lines in diffs."),
     package: str = typer.Option(None, "--package", help="Package to take from images holding several."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -87,9 +87,9 @@ def diff_cmd(
     result = diff(a, b, sections=section, focus=focus, depth=depth,
                   show=show or bool(markdown) or bool(html_out), context=context, package=package)
     if markdown:
-        _write_report(markdown, to_markdown(result, all_moved=all_moved))
+        _write_report(markdown, to_markdown(result, all_moved=all_moved, limit=limit))
     if html_out:
-        _write_report(html_out, to_html(result, all_moved=all_moved))
+        _write_report(html_out, to_html(result, all_moved=all_moved, limit=limit))
     if as_json:
         emit_json(result.to_json())
         return
@@ -144,7 +144,9 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
     if result.fields is not None:
         _print_fields(result, limit=limit)
     if show and result.functions is not None:
-        for c in result.functions.changes[:limit]:
+        from ..report import head
+
+        for c in head(result.functions.changes, limit)[0]:
             _print_change_diff(c)
     console.print(f"[dim]{result.seconds:.2f}s[/]")
 
@@ -153,30 +155,29 @@ def _print_fields(result: DiffResult, *, limit: int) -> None:
     """Class-body fields and module constants whose value or annotation changed, or that came or went."""
     from rich.markup import escape
 
-    from ..report import constant_row, field_row
+    from ..report import constant_row, field_row, head
 
     fl = result.fields
     assert fl is not None
     if fl.changes:
         t = _table("class fields", "kind", "field", "A", "B", "where")
-        for c in fl.changes[:limit]:  # values are Python source: "list[str]" is not markup
+        shown, more = head(fl.changes, limit)
+        for c in shown:  # values are Python source: "list[str]" is not markup
             row = field_row(c)
             t.add_row(_kind(c.kind), escape(row["field"]), escape(row["a"]), escape(row["b"]),
                       escape(row["where"] + (f" (class was {row['old_class']})"
                                              if row["old_class"] else "")))
         console.print(t)
-        if len(fl.changes) > limit:
-            console.print(f"[dim]... {len(fl.changes) - limit} more field changes (--limit, --json)[/]")
+        _print_left_out(more, "class field changes", limit)
     if fl.constants:
         t = _table("module constants", "kind", "constant", "A", "B", "where")
-        for cc in fl.constants[:limit]:
+        shown_constants, more = head(fl.constants, limit)
+        for cc in shown_constants:
             crow = constant_row(cc)
             t.add_row(_kind(cc.kind), escape(crow["constant"]), escape(crow["a"]),
                       escape(crow["b"]), escape(crow["where"]))
         console.print(t)
-        if len(fl.constants) > limit:
-            console.print(f"[dim]... {len(fl.constants) - limit} more module constant changes "
-                          "(--limit, --json)[/]")
+        _print_left_out(more, "module constant changes", limit)
     focus = " (classes owning a function on the focus chain)" if fl.focus else ""
     console.print(f"[bold]class fields[/]: {fl.summary()}{focus}", soft_wrap=True, highlight=False)
     focus = " (modules owning a function on the focus chain)" if fl.focus else ""
@@ -184,8 +185,19 @@ def _print_fields(result: DiffResult, *, limit: int) -> None:
                   highlight=False)
 
 
+def _print_left_out(count: int, what: str, limit: int) -> None:
+    """The line the reports print too, so ``--limit`` reads the same on screen and on paper."""
+    from ..report import left_out
+
+    if count:
+        console.print(f"[dim]... {escape(left_out(count, what, limit))}[/]", soft_wrap=True,
+                      highlight=False)
+
+
 def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None:
     from rich.table import Table
+
+    from ..report import head
 
     fd = result.functions
     assert fd is not None
@@ -199,11 +211,11 @@ def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None
         t.add_column("function", overflow="fold")
         t.add_column("where", overflow="fold")
         t.add_column("detail", overflow="fold")
-        for c in fd.changes[:limit]:
+        shown, more = head(fd.changes, limit)
+        for c in shown:
             t.add_row(_kind(c.kind), escape(c.qualname), escape(c.where()), escape(c.detail()))
         console.print(t)
-        if len(fd.changes) > limit:
-            console.print(f"[dim]... {len(fd.changes) - limit} more changes (--limit, --json)[/]")
+        _print_left_out(more, "function changes", limit)
     if all_moved and fd.moved:
         t = Table(title="moved only (same normalized AST)")
         t.add_column("function", overflow="fold")
@@ -226,7 +238,7 @@ def _print_change_diff(c: FunctionChange, out: Console = console) -> None:
 # -- bisect ----------------------------------------------------------------------------------------
 def bisect_cmd(
     qualname: str = typer.Argument(..., help="The function (module:Class.method, dotted, or a unique suffix), class field (module:Class.field) or module constant (module:NAME)."),
-    versions: list[str] = typer.Option(..., "--versions", "-v", help="A PyPI range (vllm==0.28.0..0.33.0, vllm>=0.28,<0.34) or a comma-separated list of snapshots / SOURCEs / pins (repeatable)."),
+    versions: list[str] = typer.Option(..., "--versions", help="A PyPI range (vllm==0.28.0..0.33.0, vllm>=0.28,<0.34) or a comma-separated list of snapshots / SOURCEs / pins (repeatable)."),
     jobs: int = typer.Option(4, "--jobs", "-j", help="Parallel downloads and snapshots."),
     docstrings: bool = typer.Option(False, "--docstrings", help="Count docstring-only edits as changes."),
     context: int = typer.Option(3, "--context", "-U", help="Context lines in the diff."),
