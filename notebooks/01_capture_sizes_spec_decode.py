@@ -1,10 +1,12 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -22,17 +24,15 @@
 # larger than the largest captured size runs eagerly.
 #
 # Here we run the release's *own* method (byte-exact, from the wheel on PyPI) in
-# recon's sandbox, for two releases, instead of re-typing it.
-#
-# There is no `vllm-capture-sizes` recipe in `recon/recipes/catalog/`, so this uses
-# `recon.slicing.run_function` directly, with `self_attrs` as in the README.
+# recon's sandbox, for two releases, instead of re-typing it: first the one method
+# with `recon.slicing.run_function` (`self_attrs` as in the README), then the whole
+# path from the serve command line with the `vllm-capture-sizes` recipe, and a
+# picture of which batch sizes get a CUDA graph and which run eager.
 
 # %%
 # ruff: noqa: E402  (a notebook imports in the cell that first needs a module)
-import os
 import tempfile
-
-os.environ.setdefault("MPLBACKEND", "Agg")
+from pathlib import Path
 
 from recon.slicing import RunFailed, run_function
 from recon.snapcache import ensure_snapshot
@@ -96,26 +96,32 @@ print("both releases resolve the list the same way" if same else "the releases d
 # from your real serve flags, for both model runners.
 
 # %%
-from recon.recipes import all_recipes, run_recipe
+from recon.recipes import run_recipe
 
-FLAGS = ("vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs 32 "
-         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}' "
-         "--compilation-config '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64], "
-         "\"max_cudagraph_capture_size\": 64}'")
-if "vllm-capture-sizes" in {r.name for r in all_recipes()}:
-    for release in RELEASES:
-        # slicing mode: the size logic and dispatcher as functions; engine mode (the default,
-        # docs/engine-mode.md) lets the whole release decide, one environment per release
-        r = run_recipe("vllm-capture-sizes", ensure_snapshot(f"pip:{release}"), flags=FLAGS,
-                       options={"mode": "slice"})
-        print(f"== {release}" + ("" if r.applicable else f": not applicable: {r.reason}"))
-        for key, value in r.values.items():
-            if "capture sizes" in key or "largest N" in key:
-                print(f"   {key:32} {value}")
-        for f in r.findings:
-            print(f"   {f.level:>5} {f.text}")
-else:
-    print("this recon has no vllm-capture-sizes recipe")
+MAX_NUM_SEQS = 32
+
+
+def serve_flags(k: int) -> str:
+    """The thread's serve command with `num_speculative_tokens=k`."""
+    return (f"vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs {MAX_NUM_SEQS} "
+            f"--speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": {k}}}' "
+            f"--compilation-config '{{\"cudagraph_capture_sizes\": {CONFIGURED}, "
+            f"\"max_cudagraph_capture_size\": {MAX_CAPTURE}}}'")
+
+
+recipe_results = {}
+for release in RELEASES:
+    # slicing mode: the size logic and dispatcher as functions; engine mode (the default,
+    # docs/engine-mode.md) lets the whole release decide, one environment per release
+    r = run_recipe("vllm-capture-sizes", ensure_snapshot(f"pip:{release}"),
+                   flags=serve_flags(NUM_SPEC_TOKENS), options={"mode": "slice"})
+    recipe_results[(release, NUM_SPEC_TOKENS)] = r
+    print(f"== {release}" + ("" if r.applicable else f": not applicable: {r.reason}"))
+    for key, value in r.values.items():
+        if "capture sizes" in key or "largest N" in key:
+            print(f"   {key:32} {value}")
+    for f in r.findings:
+        print(f"   {f.level:>5} {f.text}")
 
 # %% [markdown]
 # ## An older release: did the method change?
@@ -152,9 +158,13 @@ except RunFailed as err:
 
 # %% [markdown]
 # ## Picture: captured sizes per release
+#
+# The list as configured, and as each release's method resolved it above.
 
 # %%
 import matplotlib.pyplot as plt
+
+FIGURES = Path(tempfile.gettempdir())   # a copy of each figure lands here too
 
 fig, ax = plt.subplots(figsize=(7, 2.5))
 rows = [("configured", CONFIGURED)] + [(r, resolved[r]) for r in RELEASES]
@@ -162,9 +172,86 @@ for y, (_label, sizes) in enumerate(rows):
     ax.scatter(sizes, [y] * len(sizes), s=60)
 ax.set_yticks(range(len(rows)), [label for label, _ in rows])
 ax.set_xscale("log", base=2)
+ax.set_xticks(CONFIGURED, [str(c) for c in CONFIGURED])
 ax.set_xlabel("captured batch size (tokens)")
 ax.set_title(f"cudagraph_capture_sizes with num_speculative_tokens={NUM_SPEC_TOKENS}")
 fig.tight_layout()
-out = os.path.join(tempfile.gettempdir(), "capture_sizes.png")
-fig.savefig(out)
-print("figure:", out)
+fig.savefig(FIGURES / "capture_sizes.png")
+plt.show()
+
+# %% [markdown]
+# ## Picture: which batch sizes get a CUDA graph, before and after the rounding
+#
+# The recipe's *per N* table says, for every number `N` of running (decoding)
+# requests up to `--max-num-seqs`, what the release does with a decode step of
+# `N x (k+1)` tokens: replay a FULL or PIECEWISE CUDA graph padded to some captured
+# size, or run eager. *As written* is what the configured list would give if the
+# release used it unchanged (the smallest configured size that holds the step).
+#
+# With `num_speculative_tokens=3` the rounding is harmless: only 1 and 2 are
+# dropped, and steps are multiples of 4 anyway. With 2, the sizes are rounded up
+# to multiples of 3 and 64 becomes 66, above `max_cudagraph_capture_size`, so it is
+# dropped: the V1 runner's last graph holds 33 tokens, 11 requests instead of 21.
+# The V2 runner keeps the configured list as its capture sizes and replays a
+# PIECEWISE graph of 64 tokens for the steps the V1 runner runs eagerly.
+
+# %%
+SPEC_K = [NUM_SPEC_TOKENS, 2]
+PICTURE_RELEASE = RELEASES[-1]
+MODE_COLORS = {"FULL": "tab:green", "PIECEWISE": "gold", "eager": "tab:red"}
+
+
+def as_written(n: int, k: int) -> tuple[str, int | None]:
+    fits = [s for s in CONFIGURED if s >= n * (k + 1)]
+    return ("FULL", min(fits)) if fits else ("eager", None)
+
+
+def parse(cell: str) -> tuple[str, int | None]:
+    mode, _, size = str(cell).partition(" ")   # "FULL 64", "PIECEWISE 64", "eager"
+    return mode, int(size) if size else None
+
+
+dispatch = {}   # k -> {row label: [(mode, padded tokens) for N = 1..MAX_NUM_SEQS]}
+for k in SPEC_K:
+    r = recipe_results.get((PICTURE_RELEASE, k)) or run_recipe(
+        "vllm-capture-sizes", ensure_snapshot(f"pip:{PICTURE_RELEASE}"),
+        flags=serve_flags(k), options={"mode": "slice"})
+    table = next(t for t in r.tables if t.title.startswith("per N"))
+    runners = [c for c in table.columns if c.endswith("runner")]
+    ns = [row[0] for row in table.rows]
+    assert ns == list(range(1, MAX_NUM_SEQS + 1)), ns
+    dispatch[k] = {"as written": [as_written(n, k) for n in ns]}
+    for col in runners:
+        dispatch[k][col] = [parse(row[table.columns.index(col)]) for row in table.rows]
+    for label, cells in dispatch[k].items():
+        graphed = [n for n, (mode, _) in zip(ns, cells, strict=True) if mode != "eager"]
+        print(f"k={k} {label:>10}: graphs up to N={max(graphed) if graphed else 0}, "
+              f"eager from N={max(graphed, default=0) + 1}")
+
+# %%
+from matplotlib.patches import Patch
+
+ns = list(range(1, MAX_NUM_SEQS + 1))
+fig, axes = plt.subplots(2, len(SPEC_K), figsize=(11, 5.5), sharex=True, squeeze=False,
+                         gridspec_kw={"height_ratios": [3, 1.2]})
+for col, k in enumerate(SPEC_K):
+    top, strip = axes[0][col], axes[1][col]
+    top.plot(ns, [n * (k + 1) for n in ns], ":", color="grey", label="step needs N x (k+1)")
+    for (label, cells), width in zip(dispatch[k].items(), [6, 2.5, 1.2], strict=False):
+        top.step(ns, [size if size else float("nan") for _, size in cells], where="mid",
+                 lw=width, alpha=0.6 if label == "as written" else 1, label=label)
+    top.axhline(MAX_CAPTURE, color="k", lw=0.6, ls="--", label="max_cudagraph_capture_size")
+    top.set_title(f"{PICTURE_RELEASE}, num_speculative_tokens={k}", fontsize=10)
+    top.set_ylabel("CUDA graph size (tokens)")
+    top.legend(fontsize=7, loc="upper left")
+    labels = list(dispatch[k])
+    for y, label in enumerate(labels):
+        strip.bar(ns, 0.8, bottom=y - 0.4, width=1.0,
+                  color=[MODE_COLORS[mode] for mode, _ in dispatch[k][label]])
+    strip.set_yticks(range(len(labels)), labels, fontsize=8)
+    strip.set_xlabel("running requests N (decode batch size)")
+axes[1][-1].legend(handles=[Patch(color=c, label=m) for m, c in MODE_COLORS.items()],
+                   fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+fig.tight_layout()
+fig.savefig(FIGURES / "capture_sizes_vs_batch.png")
+plt.show()

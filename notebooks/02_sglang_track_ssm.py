@@ -1,10 +1,12 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -25,18 +27,16 @@
 
 # %%
 # ruff: noqa: E402  (a notebook imports in the cell that first needs a module)
-import os
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
+from recon import examples
 from recon.recipes import run_recipe
 from recon.snapcache import ensure_snapshot
 
-CONFIGS = Path(__file__).resolve().parent.parent / "examples" / "configs" if "__file__" in globals() \
-    else Path("../examples/configs").resolve()
-CONFIG = CONFIGS / "qwen3-next-80b-a3b-instruct.json"
+# a config.json shipped with recon (package data): found from any working directory;
+# on the command line it is `--config example:qwen3-next-80b-a3b-instruct`
+CONFIG = examples.path("qwen3-next-80b-a3b-instruct")
 snap = ensure_snapshot("pip:sglang==0.5.23")
 print(snap.name)
 
@@ -63,7 +63,7 @@ assert res.values["track_ssm_h_src"] == [77, 79] and res.values["chunk rows of h
 # %%
 BATCHES = [[4957, 127], [64, 65, 1, 300]]
 results = {}
-print(f"{'batch':>22} {'seq':>3} {'extend':>6} {'from':>5} {'src':>5} {'NT':>4}  verdict")
+print(f"{'batch':>22} {'seq':>3} {'extend':>6} {'from':>11} {'src':>5} {'NT':>4}  verdict")
 for lens in BATCHES:
     r = res if lens == [4957, 127] else run_recipe(
         "sglang-track-ssm", snap, config=CONFIG, options={"extend_lens": lens})
@@ -74,7 +74,7 @@ for lens in BATCHES:
         # columns: seq, extend, prefix, tracked, state from, src index, dst slot, verdict
         seq, extend, origin, src = row[0], row[1], row[4], row[5]
         verdict = "ok" if origin != "h" or src < nt else "OUT OF RANGE"
-        print(f"{str(lens):>22} {seq:>3} {extend:>6} {origin:>5} {str(src):>5} {nt:>4}  {verdict}")
+        print(f"{str(lens):>22} {seq:>3} {extend:>6} {origin:>11} {str(src):>5} {nt:>4}  {verdict}")
 
 # %% [markdown]
 # ## Picture: which chunk rows of `h` each sequence owns
@@ -99,6 +99,5 @@ for ax, (lens, r) in zip(axes, results.items(), strict=True):
 axes[-1].set_xlabel("chunk row of h")
 axes[0].legend(loc="upper left", fontsize=8)
 fig.tight_layout()
-out = Path(tempfile.gettempdir()) / "sglang_track_ssm.png"
-fig.savefig(out)
-print("figure:", out)
+fig.savefig(Path(tempfile.gettempdir()) / "sglang_track_ssm.png")   # a copy, beside the inline one
+plt.show()
