@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -35,7 +37,13 @@ HELP = """Let the release build its own VllmConfig for your command line, on a d
 The snapshot's vLLM is imported for real (its own environment, built once),
 inside the OS sandbox; the command goes through the release's own `vllm serve`
 parser and create_engine_config(). Prints what the release decided, the
-assumptions recon made (GPU, usage context) and what it replaced."""
+assumptions recon made (GPU, usage context) and what it replaced.
+
+An SGLang snapshot takes the server's command line (`python -m
+sglang.launch_server ...` or `sglang serve ...`): the release's own
+prepare_server_args and start-up resolution decide, and each field that
+differs from its default is printed with the flag or the function
+of the release that changed it."""
 
 
 def engine_config_cmd(
@@ -46,6 +54,7 @@ def engine_config_cmd(
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
+    draft_config: Path | None = typer.Option(None, "--draft-config", help="SGLang: the draft model's config.json (for --speculative-draft-model-path)."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -60,8 +69,18 @@ def engine_config_cmd(
         if not eq:
             raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
         extra[name] = value
-    cfg = load_config(config)
+    cfg = load_config(config) or {}  # a path always gives a dict; None only for no config
     snap = ensure_snapshot(snapshot)
+    if snap.package == "sglang":
+        if llm or kv_memory_gib is not None:
+            raise ReconError("--llm and --kv-memory-gib are vLLM options; SGLang engine mode "
+                             "resolves the server's ServerArgs")
+        _sglang(snap, flags, cfg, gpu, extra, draft=load_config(draft_config) if draft_config
+                else None, sandbox=not no_sandbox, as_json=as_json)
+        return
+    if draft_config is not None:
+        raise ReconError("--draft-config is an SGLang option (vLLM reads the draft model from "
+                         "its speculative config)")
     facts = engine_config(snap, flags, cfg, gpu=gpu, usage="llm" if llm else "serve",
                           env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
     if as_json:
@@ -78,6 +97,42 @@ def engine_config_cmd(
     console.print(f"replaced: {', '.join(facts.replaced.get('compiled_modules', []))} "
                   f"(empty modules); device queries ({facts.gpu.key}); "
                   f"{', '.join(facts.replaced.get('in_process', []))} (in process)")
+    console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
+
+
+def _short(value: object, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _sglang(snap: object, flags: str, cfg: dict[str, Any] | None, gpu: str | None,
+            env: dict[str, str], *, draft: dict[str, Any] | None, sandbox: bool,
+            as_json: bool) -> None:
+    """SGLang: the release's resolved ServerArgs, each changed field with what changed it."""
+    from ..engine.sglang import server_args
+
+    facts = server_args(snap, flags, cfg or {}, gpu=gpu, env=env,  # type: ignore[arg-type]
+                        draft_config=draft, sandbox=sandbox)
+    if as_json:
+        emit_json(facts.as_json())
+        return
+    for line in facts.assumptions:
+        err_console.print(f"recon: assumed {line}")
+    console.print(f"{facts.release}: {len(facts.changed)} fields differ from their "
+                  f"defaults (resolved by {facts.resolution})")
+    for name, change in facts.changed.items():
+        by = change.get("decided_by") or {}
+        how = " + ".join(change.get("changed_by", []))
+        who = f"{by['by']} ({by['file']}:{by['line']})" if by.get("file") else by.get("by", "")
+        console.print(f"{name:45} {_short(change.get('value'))}", markup=False)
+        console.print(f"{'':45} {how}{': ' + who if who else ''}", markup=False, style="dim")
+    check = facts.launch_check
+    if check.get("ok") is False:
+        err_console.print(f"recon: the release refuses to launch: {check.get('error')}")
+    rep = facts.replaced
+    console.print(f"replaced: device queries ({facts.gpu.key}); GPU-only packages "
+                  f"{', '.join(rep.get('gpu_packages', [])) or 'none'} (recording stand-ins); "
+                  f"refused: {', '.join(rep.get('refused', [])) or 'nothing'}", markup=False)
     console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
 
 

@@ -60,7 +60,22 @@ GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
             "quack-kernels", "tokenspeed", "humming-kernels",
             "pynvvideocodec", "fastsafetensors", "instanttensor", "nvtx", "deep-gemm",
             "flash-attn", "vllm-flash-attn", "pynvml", "amdsmi", "ray", "mooncake",
-            "nixl", "lmcache", "cutlass", "b12x", "helion", "zentorch", "intel-")
+            "nixl", "lmcache", "cutlass", "b12x", "helion", "zentorch", "intel-",
+            # SGLang's kernels and CUDA-only helpers (measured on 0.5.5, 0.5.10, 0.5.23)
+            "sgl-kernel", "sglang-kernel", "sgl-deep-ep", "sgl-deep-gemm", "sgl-flash-mla",
+            "nvshmem4py", "torch-memory-saver")
+#: the import names of GPU-only distributions (matched by name prefix, as in GPU_ONLY), so
+#: that engine mode can stand in for them where a release imports them at module level on a
+#: CUDA machine (SGLang does: ``from sgl_kernel import ...``). NVML (``nvidia-ml-py``) is not
+#: among them: without it the release asks ``torch.cuda``, which answers for the declared GPU
+GPU_ONLY_MODULES: dict[str, tuple[str, ...]] = {
+    "sgl-kernel": ("sgl_kernel",), "sglang-kernel": ("sgl_kernel",),
+    "flashinfer": ("flashinfer",), "flash-attn": ("flash_attn",),
+    "sgl-deep-gemm": ("deep_gemm",), "deep-gemm": ("deep_gemm",), "sgl-deep-ep": ("deep_ep",),
+    "sgl-flash-mla": ("flash_mla",), "nvidia-cutlass-dsl": ("cutlass",),
+    "quack-kernels": ("quack",), "tilelang": ("tilelang",), "humming-kernels": ("humming",),
+    "cuda-python": ("cuda",), "torch-memory-saver": ("torch_memory_saver",),
+    "nvshmem4py": ("nvshmem",), "xformers": ("xformers",)}
 #: what the release's torch (a CUDA build on Linux) brings along and vLLM imports at module
 #: level even without a GPU (measured on 0.33.0: mamba ops build ``triton.Config`` lists);
 #: the CPU torch does not bring it, so it is added, unpinned, and listed in ``env.json``
@@ -99,6 +114,17 @@ def skip_reason(name: str) -> str | None:
     if n.startswith(GPU_ONLY):
         return "GPU-only (kernels or CUDA runtime)"
     return None
+
+
+def gpu_only_modules(not_installed: Iterable[str]) -> list[str]:
+    """Import names of the GPU-only distributions an environment left out (``GPU_ONLY_MODULES``)."""
+    names: set[str] = set()
+    for dist in not_installed:
+        n = canonicalize_name(dist)
+        for prefix, modules in GPU_ONLY_MODULES.items():
+            if n.startswith(prefix):
+                names.update(modules)
+    return sorted(names)
 
 
 def wheel_metadata(wheel: Path) -> str:
@@ -177,7 +203,7 @@ def _install(python: Path, specs: list[str], wheelhouse: Path, log: Path) -> Non
 def _installed(paths: list[str]) -> dict[str, metadata.Distribution]:
     found: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions(path=paths):
-        name = dist.metadata.get("Name")
+        name = dist.name  # its METADATA's Name (None when the file lacks it)
         if name:
             found.setdefault(canonicalize_name(name), dist)
     return found
@@ -207,6 +233,32 @@ def _missing(paths: list[str], wanted: list[Requirement],
         if n not in have or (req.specifier and not req.specifier.contains(
                 have[n].version, prereleases=True)):
             out[n] = req  # absent, or the installed version (e.g. the system's) does not fit
+    return list(out.values())
+
+
+def _of_pins(paths: list[str], wanted: list[Requirement]) -> list[Requirement]:
+    """Unmet requirements of the distributions the release pins (``==``) itself.
+
+    When two requirers want incompatible versions of one package (sglang 0.5.5:
+    its pinned transformers 4.57.1 wants huggingface-hub<1.0, the newest datasets
+    >=1.31), the rounds install one then the other and stop on whichever came
+    last; recon does not backtrack as pip's resolver would. The pinned
+    distribution is the one the release was built and tested with, so its
+    requirements are installed last; the other side is listed under ``unavailable``.
+    """
+    have = _installed(paths)
+    out: dict[str, Requirement] = {}
+    for req in wanted:
+        dist = have.get(canonicalize_name(req.name))
+        if dist is None or not any(s.operator == "==" for s in req.specifier):
+            continue
+        for dep in applicable(dist.requires or [], sorted(req.extras)):
+            n = canonicalize_name(dep.name)
+            if skip_reason(n) or n in out:
+                continue
+            if n in have and dep.specifier and not dep.specifier.contains(have[n].version,
+                                                                          prereleases=True):
+                out[n] = dep
     return list(out.values())
 
 
@@ -266,6 +318,9 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
         if not missing:
             break
         _install(staging / "bin" / "python", [_plain(r) for r in missing], wheelhouse, log)
+    if missing:  # rounds ran out on a conflict: the requirements of the release's pins win
+        _install(staging / "bin" / "python", [_plain(r) for r in _of_pins(paths, wanted)],
+                 wheelhouse, log)
     matched = _torch_matched(staging / "bin" / "python", log)
     _install(staging / "bin" / "python", matched, wheelhouse, log)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in

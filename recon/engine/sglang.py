@@ -1,0 +1,298 @@
+"""Parent side of SGLang engine mode: ``server_args(snapshot, flags, config_json, gpu=...)``.
+
+"What will my server actually run with?" SGLang resolves much of its
+configuration at start-up (chunked prefill size, page size,
+``mem_fraction_static``, CUDA graph batch sizes, whether the overlap scheduler
+stays on, speculative and mamba defaults), from the command line, the model's
+``config.json`` and the GPU. Here the release decides: the command line as
+typed goes through the release's own ``prepare_server_args`` and resolution
+(:mod:`recon.engine.sglang_child`), in the same OS sandbox and kind of release
+environment as vLLM engine mode (:mod:`recon.engine.config`), on a declared
+GPU. recon types no flag names and no defaults; it states what it assumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from .. import progress
+from ..errors import ReconError
+from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
+from ..snapshot import Snapshot
+from .config import (
+    DEFAULT_GPU_COUNT,
+    EngineFailed,
+    EngineUsageError,
+    cached_result,
+    compiled_modules,
+    snapshot_metadata,
+    store_result,
+)
+from .env import ReleaseEnv, gpu_only_modules, release_env
+from .gpus import DEFAULT_GPU, GPU
+from .gpus import gpu as lookup_gpu
+
+CHILD = Path(__file__).with_name("sglang_child.py")
+#: the standard-library-only files the child loads by path (their bytes are part of the cache key)
+HELPERS = (Path(__file__).with_name("child.py"),
+           Path(__file__).parent.parent / "slicing" / "stubs.py")
+#: ``torch.version.cuda`` of the CUDA torch build the server runs (the CPU torch here has none);
+#: the releases compare it with 11.0, 12.3 and 12.8 (``_check_cuda_device_version``)
+DEFAULT_CUDA = "12.8"
+#: how the user may start the server: ``python -m MODULE`` modules and the ``sglang`` command
+LAUNCH_MODULES = ("sglang.launch_server",)
+
+
+class SglangNotApplicable(ReconError):
+    """The release lacks what engine mode runs (its message says what is missing)."""
+
+    exit_code = 6
+
+
+@dataclass
+class ServerArgsFacts:
+    """What the release resolved for one command line on one declared GPU."""
+
+    release: str
+    gpu: GPU
+    gpu_count: int
+    entry: str
+    argv: list[str]
+    server_args: dict[str, Any]
+    changed: dict[str, dict[str, Any]]
+    decisions: dict[str, list[dict[str, Any]]]
+    resolution: str
+    launch_check: dict[str, Any]
+    assumptions: list[str]
+    replaced: dict[str, Any]
+    ran: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+    seconds: dict[str, Any]
+    env: dict[str, Any]
+    peak_rss_mb: float = 0.0
+    log: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """Identifier keys, numbers as numbers (``--json``)."""
+        return {"release": self.release, "gpu": self.gpu.as_json(), "gpu_count": self.gpu_count,
+                "entry": self.entry, "argv": self.argv, "resolution": self.resolution,
+                "server_args": self.server_args, "changed": self.changed,
+                "decisions": self.decisions,
+                "launch_check": self.launch_check, "assumptions": self.assumptions,
+                "replaced": self.replaced, "warnings": self.warnings, "seconds": self.seconds,
+                "peak_rss_mb": self.peak_rss_mb, "env": self.env, "ran": self.ran}
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def launcher_argv(flags: str | list[str]) -> tuple[str, list[str], dict[str, str]]:
+    """How the command starts the server, its arguments, and the environment typed before it.
+
+    ``python -m sglang.launch_server ARGS`` (any ``python``), ``sglang serve ARGS``,
+    or bare ``ARGS``; leading ``NAME=VALUE`` words are the engine's environment,
+    as the shell would pass them.
+    """
+    tokens = list(flags) if isinstance(flags, list) else shlex.split(flags.replace("\\\n", " "))
+    env: dict[str, str] = {}
+    while tokens and _ASSIGNMENT.match(tokens[0]) and not tokens[0].startswith("-"):
+        name, _, value = tokens.pop(0).partition("=")
+        env[name] = value
+    if tokens and os.path.basename(tokens[0]).startswith("python"):
+        tokens = tokens[1:]
+    if tokens[:1] == ["-m"] and len(tokens) > 1:
+        if tokens[1] not in LAUNCH_MODULES:
+            raise ReconError(f"python -m {tokens[1]}: engine mode reads the server's command "
+                             f"line ({', '.join(LAUNCH_MODULES)} or sglang serve)")
+        return "launch_server", tokens[2:], env
+    if tokens[:2] == ["sglang", "serve"]:
+        return "serve", tokens[2:], env
+    if not tokens or tokens[0].startswith("-"):
+        return "launch_server", tokens, env
+    raise ReconError(f"not an SGLang server command line: {shlex.join(tokens[:3])} ... "
+                     "(expected python -m sglang.launch_server ..., sglang serve ..., or flags)")
+
+
+def environment(snapshot: Snapshot) -> ReleaseEnv:
+    """The SGLang release's environment (built once, cached)."""
+    if snapshot.package != "sglang" or not snapshot.version:
+        raise ReconError(f"SGLang engine mode reads SGLang releases; {snapshot.label} is "
+                         f"{snapshot.package} {snapshot.version}")
+    return release_env(snapshot.package, snapshot.version, snapshot_metadata(snapshot))
+
+
+def _assumptions(gpu: GPU, explicit: bool, count: int, cuda: str) -> list[str]:
+    memory = f"{gpu.memory_bytes / 2**30:.1f} GiB, nvidia-smi {gpu.memory_bytes >> 20} MiB"
+    return [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {memory})"
+            + ("" if explicit else f" -- not given, {DEFAULT_GPU} assumed"),
+            f"{count} such GPUs visible",
+            f"CUDA {cuda} (torch.version.cuda of the server's CUDA build of torch)"]
+
+
+def _digest() -> str:
+    """The child's code and the helper files it loads: a change invalidates cached answers."""
+    h = hashlib.sha256()
+    for path in (CHILD, *HELPERS):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def result_key(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
+               sandbox: bool) -> str | None:
+    """The key of an answer: the snapshot's bytes on disk, the environment, the child, the request."""
+    from ..snapcache import tree_key
+
+    tree = tree_key(snapshot.src)
+    if tree is None or "unsettled" in tree:
+        return None
+    parts = {"engine": "sglang", "tree": tree, "env": renv.root.name, "child": _digest(),
+             "request": request, "sandbox": sandbox}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def server_args(snapshot: Snapshot, flags: str | list[str], config_json: dict[str, Any], *,
+                gpu: str | None = None, gpu_count: int = DEFAULT_GPU_COUNT,
+                env: dict[str, str] | None = None, cuda_version: str = DEFAULT_CUDA,
+                draft_config: dict[str, Any] | None = None,
+                timeout: float = 600.0, sandbox: bool = True) -> ServerArgsFacts:
+    """What ``snapshot``'s SGLang resolves for ``flags`` and ``config_json`` on ``gpu``.
+
+    ``flags`` is the command line as typed (``python -m sglang.launch_server
+    --model-path M ...`` or ``sglang serve M ...``); the model path stands for
+    a scratch folder holding ``config_json`` (and ``--speculative-draft-model-path``
+    one holding ``draft_config``, where given). Answers are kept under
+    :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
+
+    Raises :class:`EngineUsageError` where the release's parser refuses the
+    command line (its message, exit 2), :class:`SglangNotApplicable` where the
+    release lacks ``prepare_server_args``, :class:`EngineFailed` where it raises.
+    """
+    start = time.monotonic()
+    board = lookup_gpu(gpu or DEFAULT_GPU)
+    renv = environment(snapshot)
+    env_seconds = time.monotonic() - start
+    entry, argv, typed_env = launcher_argv(flags)
+    request = {"entry": entry, "argv": argv, "config": config_json, "draft_config": draft_config,
+               "gpu": {**board.as_json(), "count": gpu_count}, "cuda_version": cuda_version,
+               "env": {**typed_env, **(env or {})}}
+    key = result_key(snapshot, renv, request, sandbox)
+    result = cached_result(key)
+    if result is None:
+        with progress.step(f"importing {snapshot.package} {snapshot.version} in the sandbox: "
+                           f"its parser and ServerArgs resolution decide on {board.name}"):
+            result = _run(snapshot, renv, dict(request), timeout, sandbox)
+        if result.get("ok") or "usage_error" in result or "not_applicable" in result:
+            store_result(key, result)
+    else:
+        result["seconds"] = {**result.get("seconds", {}), "cached": True}
+    return _facts(snapshot, result, board, gpu is not None, gpu_count, entry, argv, cuda_version,
+                  renv, {"env": round(env_seconds, 2),
+                         "total": round(time.monotonic() - start, 2)})
+
+
+def _child_env(work: Path, extra: dict[str, str]) -> dict[str, str]:
+    """The sandbox's environment, offline and out of the home, plus the user's variables."""
+    quiet = {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             "DO_NOT_TRACK": "1", "SGLANG_LOGGING_CONFIG_PATH": ""}
+    return base_env(work, {**quiet, **extra})
+
+
+def _run(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any], timeout: float,
+         sandbox: bool) -> dict[str, Any]:
+    """One sandboxed child on a scratch folder; its JSON answer (an object)."""
+    root = Path(tempfile.mkdtemp(prefix="recon-sglang-"))
+    os.chmod(root, 0o755)  # the sandbox may start as nobody
+    try:
+        work = root / "work"
+        work.mkdir(mode=0o700)
+        extra = request.pop("env")
+        request.update(src=str(snapshot.src), compiled=compiled_modules(snapshot),
+                       gpu_modules=gpu_only_modules(
+                           cast(dict[str, str], renv.record.get("not_installed", {}))),
+                       model_dir=str(work / "model"), draft_dir=str(work / "draft"),
+                       package=snapshot.package,
+                       version=snapshot.version, metadata=snapshot_metadata(snapshot))
+        limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
+                        scratch_mb=512, processes=512)
+        read_only = [str(snapshot.src), str(renv.root), str(CHILD.parent),
+                     str(HELPERS[1].parent), *interpreter_dirs()]
+        outcome = launch([str(renv.python), "-I", "-B", str(CHILD)], request, root=root,
+                         work=work, limits=limits, env=_child_env(work, extra),
+                         slice_files=set(), read_only=read_only)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if outcome.timed_out:
+        raise EngineFailed(f"SGLang engine mode ran past {timeout:.0f} s; stderr tail: "
+                           f"{outcome.stderr[-400:]}")
+    try:
+        result = json.loads(outcome.result.decode("utf-8"))
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        raise EngineFailed(f"SGLang engine-mode child gave no answer (exit {outcome.returncode});"
+                           f" stderr tail: {outcome.stderr[-600:].strip()}")
+    result["confinement"] = outcome.confinement
+    return result
+
+
+def _with_digests(snapshot: Snapshot, ran: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    files = snapshot.files
+    for fn in ran:
+        rec = files.get(fn["file"])
+        fn["sha256"] = rec.sha256 if rec is not None else None
+    return ran
+
+
+def _failure(snapshot: Snapshot, result: dict[str, Any]) -> ReconError:
+    """The release's refusal or error as one readable line."""
+    if "usage_error" in result:
+        return EngineUsageError(f"{snapshot.label}: " + str(result["usage_error"]["message"]))
+    if "not_applicable" in result:
+        return SglangNotApplicable(f"not applicable to {snapshot.package} {snapshot.version}: "
+                                   f"{result['not_applicable']}")
+    err = (result.get("errors") or [{"error": "no answer"}])[-1]
+    frames = re.findall(r'File "([^"]+)", line (\d+)', str(err.get("traceback", "")))
+    where = f" (at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
+    lines = [ln.strip() for ln in str(err.get("error")).splitlines() if ln.strip()]
+    hint = ""
+    if "huggingface.co" in str(err.get("error")) or "offline" in str(err.get("error")).lower():
+        hint = ("; engine mode is offline: a model the release loads must be given as a "
+                "config.json (the model's --config; a draft model's --draft-config)")
+    return EngineFailed(f"{snapshot.label} did not resolve its ServerArgs: "
+                        f"{(lines or ['no answer'])[0][:600]}{where}{hint}")
+
+
+def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
+           entry: str, argv: list[str], cuda: str, renv: ReleaseEnv,
+           seconds: dict[str, float]) -> ServerArgsFacts:
+    if not result.get("ok"):
+        raise _failure(snapshot, result)
+    replaced = dict(result.get("replaced", {}))
+    replaced["not_installed"] = renv.record.get("not_installed", {})
+    replaced["confinement"] = result.get("confinement")
+    check = result.get("launch_check") or {}
+    warnings = list(result.get("errors", []))
+    if check.get("ok") is False:
+        warnings.append({"stage": "check_server_args (the engine's launch check)",
+                         "error": check.get("error")})
+    return ServerArgsFacts(
+        release=f"{snapshot.package} {snapshot.version}", gpu=board, gpu_count=count,
+        entry=entry, argv=argv, server_args=result.get("server_args", {}),
+        changed=result.get("changed", {}), decisions=result.get("decisions", {}),
+        resolution=str(result.get("resolution", "")), launch_check=check,
+        assumptions=_assumptions(board, explicit, count, cuda), replaced=replaced,
+        ran=_with_digests(snapshot, result.get("ran", [])), warnings=warnings,
+        seconds={**seconds, **result.get("seconds", {}), "env_built": renv.built_seconds},
+        env={"root": str(renv.root),
+             "installed": len(cast(list[str], renv.record.get("installed", [])))},
+        peak_rss_mb=float(result.get("peak_rss_mb") or 0.0), log=result.get("log", []))
