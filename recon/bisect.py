@@ -382,9 +382,9 @@ def bisect(qualname: str, versions: str | Sequence[str], *, jobs: int = 4,
             row.change = compare(prev.index, prev.function, row.index, row.function)  # type: ignore[arg-type]
             row.status = "same" if row.change.kind == "unchanged" else row.change.kind
     if not any(r.present for r in rows):
-        err = _not_found(qualname, snaps, owns)
+        missing = _not_found(qualname, snaps, owns)
         notes = sorted({f"{r.label}: {r.note}" for r in rows if r.note})
-        raise ReconError(f"{err}; {notes[0]}") if notes else err
+        raise ReconError(f"{missing}; {notes[0]}") if notes else missing
     result = BisectResult(qualname=qualname, rows=rows, first_change=None, diff=[], seconds=0.0,
                           count_docstrings=count_docstrings)
     steps = result.changes

@@ -45,7 +45,7 @@ class DigestMismatch(ReconError):
     """Bytes did not hash to the digest that names them (corrupt or tampered)."""
 
 
-def check_digest(digest: str, *, where: str | None = None) -> str:
+def check_digest(digest: object, *, where: str | None = None) -> str:
     """Return ``digest`` if it is a well-formed sha256/sha512 digest, else raise."""
     if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
         raise ReconError(f"malformed digest {digest!r}", where=where)

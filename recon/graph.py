@@ -499,9 +499,9 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
                          resolver.resolve_dotted(f"{mod}.{alias.name}" if mod else alias.name))
         elif isinstance(node, ast.Assign):
             hint = _value_hint(node.value)
-            for target in node.targets:
-                for name in _bound_names(target):
-                    bind(node, name, hint if isinstance(target, ast.Name) else None)
+            for assigned in node.targets:
+                for name in _bound_names(assigned):
+                    bind(node, name, hint if isinstance(assigned, ast.Name) else None)
         elif isinstance(node, ast.AnnAssign):
             if isinstance(node.target, ast.Name):
                 bind(node, node.target.id, ast.unparse(node.annotation), strong=True)
@@ -526,14 +526,14 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
             for name in node.names:
                 scope.locals.discard(name)
     found.sort(key=lambda t: (t[0], t[1], t[2]))
-    for weak, _, _, name, hint in found:
+    for weak, _, _, name, bound in found:
         if name not in scope.hints:
-            scope.hints[name] = hint
+            scope.hints[name] = bound
         if not weak:
             continue
         alts = scope.alts.setdefault(name, [])
-        if hint not in alts:
-            alts.append(hint)
+        if bound not in alts:
+            alts.append(bound)
     for name in [n for n, alts in scope.alts.items() if len(alts) < 2]:
         del scope.alts[name]
 

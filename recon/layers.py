@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
-from typing import IO
+from typing import IO, cast
 
 from .errors import ReconError, UnsafeArchiveError
 from .sources.base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Image, Layer
@@ -494,7 +494,7 @@ class Squasher:
                 if head == ELF_MAGIC:  # a compiled executable without a telling name (vllm/vllm-rs)
                     scan.skipped[name] = {"size": entry.size, "layer": layer.index}
                     return
-                src = Prefixed(head, src)
+                src = cast(IO[bytes], Prefixed(head, src))
             self._write(out, name, src, layer, scan, where)
 
     def _write(self, out: TreeWriter, name: str, src: IO[bytes], layer: Layer, scan: LayerScan,

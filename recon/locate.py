@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
@@ -140,8 +141,17 @@ def choose(copies: list[Copy], interp: Interpreter) -> tuple[Copy, list[Copy]]:
     return ranked[0], ranked[1:]
 
 
-def distributions(scan: ScanResult) -> list[dict[str, str]]:
-    out = []
+class DistInfo(TypedDict):
+    """One installed distribution found in the image (``*.dist-info``/``*.egg-info``)."""
+
+    name: str
+    version: str
+    location: str  # the folder holding it, absolute in the image
+    layer: int | None  # the layer its metadata came from (None: not known)
+
+
+def distributions(scan: ScanResult) -> list[DistInfo]:
+    out: list[DistInfo] = []
     for name, (text, layer) in sorted(scan.metadata.items()):
         if name.endswith(("/METADATA", "/PKG-INFO")) or name.endswith(".egg-info"):
             meta = parse_metadata(text)
@@ -152,7 +162,7 @@ def distributions(scan: ScanResult) -> list[dict[str, str]]:
     return out
 
 
-def package_version(scan: ScanResult, copy: Copy, dists: list[dict[str, str]],
+def package_version(scan: ScanResult, copy: Copy, dists: list[DistInfo],
                     src_files: dict[str, bytes | None]) -> str | None:
     want = canonicalize_name(copy.package)
     same_root = [d for d in dists if canonicalize_name(d["name"]) == want and d["location"] == "/" + copy.root]

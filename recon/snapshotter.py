@@ -35,6 +35,7 @@ from .layers import (
 )
 from .locate import (
     Copy,
+    DistInfo,
     Interpreter,
     choose,
     distributions,
@@ -97,7 +98,7 @@ class _Found:
     chosen: Copy
     others: list[Copy]
     interp: Interpreter
-    dists: list[dict[str, str]]
+    dists: list[DistInfo]
     files: dict[str, Any]
     skipped: dict[str, Any]
     version: str | None

@@ -266,7 +266,7 @@ def test_run_with_an_argument_the_function_does_not_take(small_snap: tuple[Path,
     bad = _recon("run", str(snap), "vllm.m:f", "--arg", "n=9", "--arg", "nope=4", env=env)
     assert bad.returncode == 2, bad.stdout
     err = bad.stderr.decode().strip().splitlines()
-    assert len(err) == 1 and "nope" in err[0] and "it takes (n, b=2)" in err[0], err
+    assert len(err) == 1 and "nope" in err[0] and "no parameter named 'nope'" in err[0] and "it takes (n, b=2)" in err[0], err
 
 
 def test_probe_bundle_without_a_snapshot_needs_unchecked(tmp_path: Path) -> None:

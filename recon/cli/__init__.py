@@ -48,8 +48,8 @@ def _root(
 
 
 # Verb modules, in the order their commands appear in --help.
-VERB_MODULES = ("demo", "snapshot", "index", "slice", "recipe", "probe", "diff", "logs", "engine",
-                "cache")
+VERB_MODULES = ("demo", "snapshot", "index", "slice", "recipe", "probe", "diff", "hotfix", "logs",
+                "engine", "cache")
 
 for _name in VERB_MODULES:
     if importlib.util.find_spec(f"{__name__}.{_name}") is not None:
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("recon: interrupted" if received[0] == signal.SIGINT else "recon: terminated", err=True)
         sys.exit(128 + received[0])
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 #: how help names a value's type, docker-style (``--format string``); switches show none

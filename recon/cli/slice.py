@@ -79,7 +79,7 @@ def _json_values(items: list[str], flag: str, py_flag: str) -> dict[str, Any]:
     for name, raw in _pairs(items, flag):
         try:
             out[name] = json.loads(raw)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             raise ReconError(f"{flag} {name}: {raw!r} is not JSON ({err.msg}); use {py_flag} "
                              "for a Python expression") from err
     return out

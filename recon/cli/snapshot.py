@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
@@ -38,7 +37,7 @@ OUT_HELP = "Folder that holds snapshots (default ./snapshots, or RECON_SNAPSHOTS
 class _SourceFirst(TyperGroup):
     """A group whose first word, when it is not a subcommand, is a SOURCE for ``take``."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = ["take", *args]
         return super().parse_args(ctx, args)

@@ -149,12 +149,12 @@ class _Matcher:
                 index.setdefault((container(n.qualname), local_name(n.qualname).rsplit(".", 1)[-1]), n)
             found = []
             for o in sorted(self.removed.values(), key=_order):
-                target = self.containers.get(container(o.qualname))
-                if target is None:
+                holder = self.containers.get(container(o.qualname))
+                if holder is None:
                     continue
-                n = index.get((target, local_name(o.qualname).rsplit(".", 1)[-1]))
-                if n is not None and n.qualname in self.added:
-                    found.append((o, n))
+                match = index.get((holder, local_name(o.qualname).rsplit(".", 1)[-1]))
+                if match is not None and match.qualname in self.added:
+                    found.append((o, match))
             if not found:
                 return
             for o, n in found:

@@ -48,7 +48,7 @@ def is_range(spec: str) -> bool:
     if _RANGE.match(spec):
         return True
     m = _NAME.match(spec)
-    return bool(m) and re.match(r"^(>=|<=|>|<|~=|!=)", m.group(2).strip()) is not None
+    return m is not None and re.match(r"^(>=|<=|>|<|~=|!=)", m.group(2).strip()) is not None
 
 
 def resolve_range(spec: str) -> tuple[str, list[str]]:

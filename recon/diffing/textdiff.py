@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from rich.containers import Lines
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -35,7 +36,7 @@ def unified(old_idx: SnapshotIndex | None, old: FunctionInfo | None, new_idx: Sn
     for group in matcher.get_grouped_opcodes(context):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(f"@@ -{a_start + i1 if a else 0},{i2 - i1} +{b_start + j1 if b else 0},{j2 - j1} @@"
-                   + (f" {(new or old).name}" if (new or old) else ""))
+                   + (f" {named.name}" if (named := new or old) else ""))
         for tag, x1, x2, y1, y2 in group:
             if tag == "equal":
                 out += [" " + ln for ln in a[x1:x2]]
@@ -62,8 +63,8 @@ def highlighted(lines: list[str], *, theme: str = "monokai") -> Text:
     body = [ln for ln in lines if not ln.startswith(("---", "+++", "@@"))]
     old_code = [ln[1:] for ln in body if ln[:1] in ("-", " ")]
     new_code = [ln[1:] for ln in body if ln[:1] in ("+", " ")]
-    old_hl = syntax.highlight("\n".join(old_code)).split("\n") if old_code else []
-    new_hl = syntax.highlight("\n".join(new_code)).split("\n") if new_code else []
+    old_hl: list[Text] | Lines = syntax.highlight("\n".join(old_code)).split("\n") if old_code else []
+    new_hl: list[Text] | Lines = syntax.highlight("\n".join(new_code)).split("\n") if new_code else []
     i = j = 0
     out = Text()
     for ln in lines:

@@ -108,7 +108,7 @@ class LogRecords(logging.Handler):
                 keep.emit(record)
             original(logger, record)
 
-        logging.Logger.handle = handle  # type: ignore[method-assign]
+        logging.Logger.handle = handle  # type: ignore[method-assign, assignment]
 
     def numbers(self, since: int = 0) -> dict[str, Any]:
         """The numbers of :data:`LOGGED` templates, last emission wins (as in the log)."""
@@ -726,7 +726,7 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
     ``_capture_descs`` are the graphs the capture bars count, per mode.
     """
     cg = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-    manager = getattr(cg, "CudaGraphManager", None)
+    manager: Any = getattr(cg, "CudaGraphManager", None)
     if getattr(manager, "_init_candidates", None) is None or config.lora_config is not None:
         out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner: "
                                   + ("LoRA graph cases not modelled)" if manager is not None

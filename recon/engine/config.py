@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import progress
 from ..errors import ReconError
@@ -201,7 +201,7 @@ def _trimmed(result: dict[str, Any]) -> list[str]:
             for name, kept in (result.get("trimmed_configs") or {}).items()]
 
 
-def engine_config(snapshot: Snapshot, flags: str, config_json: dict[str, Any], *,
+def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[str, Any], *,
                   gpu: str | None = None, usage: str = "serve",
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
                   kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
@@ -326,7 +326,7 @@ def _kv_facts(kv: dict[str, Any] | None) -> dict[str, Any]:
     """KV numbers under their identifiers (absent keys: the release did not give them)."""
     if not kv:
         return {}
-    out = {k: kv[k] for k in ("kv_cache_tokens", "max_concurrency", "kv_cache_tokens_range",
+    out: dict[str, Any] = {k: kv[k] for k in ("kv_cache_tokens", "max_concurrency", "kv_cache_tokens_range",
                               "max_concurrency_range") if k in kv}
     out["kv_num_blocks"] = kv.get("num_blocks")
     out["kv_spec_kinds"] = kv.get("spec_kinds")
@@ -393,5 +393,5 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         seconds={**seconds, **result.get("seconds", {}),
                  "env_built": renv.built_seconds},
         peak_rss_mb=float(result.get("peak_rss_mb") or 0.0),
-        env={"root": str(renv.root), "installed": len(renv.record.get("installed", []))},
+        env={"root": str(renv.root), "installed": len(cast(list, renv.record.get("installed", [])))},
         log=result.get("log", []))

@@ -212,8 +212,8 @@ class Resolver:
                         return self._annotation_node(module, arg, depth + 1)
                 return None
             if last in ("type", "Type") and args:
-                inner = self._annotation_node(module, args[0], depth + 1)
-                return Ref("class", inner.name) if inner and inner.kind == "instance" else inner
+                ref = self._annotation_node(module, args[0], depth + 1)
+                return Ref("class", ref.name) if ref and ref.kind == "instance" else ref
             node = node.value  # Generic[T] and friends: the origin class
         name = dotted(node)
         if name is None:
@@ -260,7 +260,7 @@ class Resolver:
 
     def external_bases(self, cls: str) -> list[str]:
         """Bases outside the package anywhere along the MRO (``torch.nn.Module``...)."""
-        out = []
+        out: list[str] = []
         for klass in self.mro(cls):
             out.extend(r.name for r in self.bases(klass) if r.kind == "external"
                        and r.name not in ("builtins.object", "typing.Generic", "abc.ABC"))

@@ -40,7 +40,12 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     line; the GPU and the entry point come from the log where it tells them
     (:mod:`recon.logs.setting`), and ``options`` (``--set``) override both.
     """
-    log = parse_text(text, engine=engine) if text is not None else read_log(path, engine=engine)
+    if text is not None:
+        log = parse_text(text, engine=engine)
+    elif path is not None:
+        log = read_log(path, engine=engine)
+    else:
+        raise ReconError("analyze() needs a log: a path or its text")
     find_traps(log)
     report = LogReport(log)
     if snapshot is None and (config is not None or flags is not None):

@@ -161,8 +161,8 @@ def _spec_collapse(log: ServerLog) -> list[Trap]:
     k = spec_tokens(log)
     if not wins or not k:
         return []
-    lengths = [w.get("spec_mean_acceptance_length", w.get("spec_accept_length")) for w in wins]
-    lengths = [x for x in lengths if isinstance(x, float) and x == x and x > 0]
+    seen = [w.get("spec_mean_acceptance_length", w.get("spec_accept_length")) for w in wins]
+    lengths: list[float] = [x for x in seen if isinstance(x, float) and x == x and x > 0]
     if not lengths:
         return []
     mean = sum(lengths) / len(lengths)

@@ -41,7 +41,7 @@ class Definition:
 
 def is_generator(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """``yield`` in the function's own body (not in nested functions or classes)."""
-    stack = list(node.body)
+    stack: list[ast.AST] = list(node.body)
     while stack:
         child = stack.pop()
         if isinstance(child, ast.Yield | ast.YieldFrom):

@@ -95,10 +95,17 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
     key = json.dumps([ctx.snapshot.src.as_posix(), command, config, board, req, logged],
                      sort_keys=True, default=str)
     if key not in _MEMO:
-        _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board, usage=req["usage"],
-                                   gpu_count=req["gpu_count"], kv_memory_gib=req["kv_memory_gib"],
-                                   attention_backend=req["attention_backend"],
-                                   logged_args=logged)
+        try:
+            _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board, usage=req["usage"],
+                                       gpu_count=req["gpu_count"], kv_memory_gib=req["kv_memory_gib"],
+                                       attention_backend=req["attention_backend"],
+                                       logged_args=logged)
+        except ReconError as err:
+            if ctx.config is not None:
+                raise
+            raise ReconError(f"{err} -- with no --config, a small dense decoder stood for the model "
+                             "and this command line needs more of one (MTP layers, a hybrid...): "
+                             "give --config your model's config.json (or example:NAME)") from err
     return _MEMO[key], said
 
 

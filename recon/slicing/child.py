@@ -151,11 +151,12 @@ class Inputs:
         return spec["json"]
 
 
-def _build_self(owner: type, attrs: dict[str, Any]) -> Any:
+def _build_self(owner: Any, attrs: dict[str, Any]) -> Any:
     """A minimal instance: no ``__init__`` (it would need the whole engine), then attrs."""
     abstract = getattr(owner, "__abstractmethods__", None)
     if abstract:
         owner.__abstractmethods__ = frozenset()
+    inst: Any
     try:
         inst = object.__new__(owner)
     except TypeError:
@@ -206,6 +207,18 @@ class _Tracer:
                               getattr(code, "co_qualname", code.co_name)))
 
 
+def _unknown_names(sig: inspect.Signature | None, args: dict[str, Any]) -> list[str]:
+    """Keyword arguments ``sig`` cannot take (none when it has ``**kwargs`` or is unknown).
+
+    Only names are checked: a missing argument stays the function's own TypeError,
+    as some calls are made only so that the slice holds their code.
+    """
+    if sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return []
+    takes = {n for n, p in sig.parameters.items() if p.kind is not p.POSITIONAL_ONLY}
+    return sorted(a for a in args if a not in takes)
+
+
 def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
               config: HFConfig | None) -> dict[str, Any]:
     qualname = call["target"]
@@ -217,7 +230,7 @@ def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
         out["error"]["kind"] = "load" if out["error"]["kind"] == "exception" \
             else out["error"]["kind"]
         return out
-    method_name = qualname.rpartition(".")[2] if owner is not None else None
+    method_name = qualname.rpartition(".")[2]
     self_attrs = {k: inputs.value(v) for k, v in call.get("self", {}).items()}
     inst = None
     if owner is not None and (self_attrs or not isinstance(obj, (staticmethod, classmethod))):
@@ -238,12 +251,11 @@ def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
         for name in ("config", "hf_config"):
             if name in params and name not in args and not positional:
                 args[name] = config
-    if sig is not None:  # arguments that do not fit are the caller's mistake, not the function's
-        try:
-            sig.bind(*positional, **args)
-        except TypeError as err:
-            out["error"] = {**_error(err), "kind": "arguments", "message": f"{err}; it takes {sig}"}
-            return out
+    unknown = _unknown_names(sig, args)
+    if unknown:  # a name the function does not take is the caller's typo, not the function's error
+        refused = TypeError(f"no parameter named {', '.join(map(repr, unknown))}")
+        out["error"] = {**_error(refused), "kind": "arguments", "message": f"{refused}; it takes {sig}"}
+        return out
     before = _self_picture(inst) if inst is not None else {}
     tracer = _Tracer()
     start = time.perf_counter()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -215,7 +216,7 @@ def _check(value: Any, kind: type, path: str) -> Any:
     return value
 
 
-def _record(value: Any, fields: dict[str, type], path: str, *, required: bool = True) -> dict:
+def _record(value: Any, fields: Mapping[str, type], path: str, *, required: bool = True) -> dict:
     _check(value, dict, path)
     for key, kind in fields.items():
         if key in value:
@@ -225,7 +226,7 @@ def _record(value: Any, fields: dict[str, type], path: str, *, required: bool = 
     return value
 
 
-def _records(value: Any, fields: dict[str, type], path: str, **kw: bool) -> list:
+def _records(value: Any, fields: Mapping[str, type], path: str, **kw: bool) -> list:
     for i, item in enumerate(_check(value, list, path)):
         _record(item, fields, f"{path}[{i}]", **kw)
     return value

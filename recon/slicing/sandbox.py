@@ -67,7 +67,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -576,7 +576,7 @@ def _parents_searchable(path: str) -> bool:
         return False
 
 
-def launch(inner: list[str], request: dict[str, object], *, root: Path, work: Path,
+def launch(inner: list[str], request: Mapping[str, object], *, root: Path, work: Path,
            limits: Limits, env: dict[str, str], slice_files: set[str],
            read_only: list[str]) -> Outcome:
     """Run ``inner`` (sandboxed unless waived) with ``request`` as JSON on stdin.

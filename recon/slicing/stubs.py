@@ -211,8 +211,8 @@ class Stub:
         self._t("with")
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        return False
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
     def __bool__(self) -> bool:
         self._t("bool")

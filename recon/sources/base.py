@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..errors import ReconError
 from .streams import ReadAhead
@@ -198,11 +198,11 @@ def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
     try:
         from isal import igzip  # type: ignore[import-not-found]
 
-        return igzip.IGzipFile(fileobj=raw, mode="rb")  # type: ignore[no-any-return]
+        return cast(IO[bytes], igzip.IGzipFile(fileobj=raw, mode="rb"))
     except ImportError:
         import gzip
 
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
 
 
 def decompressed(raw: IO[bytes], *, where: str,
@@ -212,7 +212,7 @@ def decompressed(raw: IO[bytes], *, where: str,
     ``wrap`` is applied to the decompressor's output *inside* the read-ahead
     thread (hashing the uncompressed stream there costs the tar walk nothing).
     """
-    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(cast(Any, raw), 1 << 20)
     head = buffered.peek(4)[:4]  # type: ignore[union-attr]
     wrap = wrap or (lambda s: s)
     if head[:2] == _GZIP_MAGIC:
@@ -351,7 +351,7 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
     from .streams import Digesting, drain
     from .tarstream import tar_members
 
-    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)  # type: ignore[arg-type]
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(cast(Any, raw), 1 << 20)
     compressed = is_compressed(buffered.peek(4)[:4])  # type: ignore[union-attr]
     checks: list[Digesting] = []
 
@@ -364,7 +364,7 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
     diff_what = f"uncompressed stream of {check.name} (diff_id {check.diff_id})"
     stored = hashed(buffered, check.blob, check.blob_size, f"blob {check.blob} of {check.name}")
     if compressed:
-        stream = _plain(io.BufferedReader(stored, 1 << 20), where,  # type: ignore[arg-type]
+        stream = _plain(io.BufferedReader(cast(Any, stored), 1 << 20), where,
                         wrap=lambda s: hashed(s, check.diff_id, None, diff_what))
     else:
         if check.diff_id != check.blob:
@@ -378,7 +378,7 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
         try:
             drain(stream, limit=cap, where=where, what=check.name, hint=hint)
             for c in checks:  # the compressed blob past the decompressor's end, then the checks
-                drain(c, limit=None, where=where, what=check.name)
+                drain(cast(IO[bytes], c), limit=None, where=where, what=check.name)
                 if not c.checked:
                     c.check()
         except ReconError:

@@ -37,6 +37,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
@@ -372,7 +373,7 @@ def _open_saved(client: Any, image: Any, ref: str, platform: str | None,
         chunks = client.api.get_image(image.id, chunk_size=1 << 20)
         if progress is not None:
             progress(export, "start")
-        with TreeWriter(tmp) as out:
+        with TreeWriter(Path(tmp)) as out:
             # no sha256 of the whole archive: the layers inside are what gets hashed and cited
             out.write_stream("image.tar", io.BufferedReader(_ChunkReader(counted(chunks)), 1 << 20),
                              where=f"docker save of {ref}", digest=False)

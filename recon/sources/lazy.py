@@ -352,7 +352,7 @@ class _Streamed(io.RawIOBase):
         return True
 
     def read(self, n: int | None = -1) -> bytes:
-        return self.plain.read(n)
+        return self.plain.read(-1 if n is None else n)
 
     def readinto(self, buf: Any) -> int:
         data = self.plain.read(len(buf))

@@ -38,7 +38,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..blobcache import BlobCache, DigestMismatch, Tee, check_digest, digest_of
 from ..errors import ReconError
@@ -262,7 +262,7 @@ class Transport:
                     method, body = "GET", None
                 continue
             if stream and status in (200, 206):
-                return Response(status, rheaders, stream=_Counted(resp, conn, self.stats), url=url)
+                return Response(status, rheaders, stream=cast(IO[bytes], _Counted(resp, conn, self.stats)), url=url)
             data = self._read_body(resp, conn, max_body, stream, url, key=(parts.scheme, parts.netloc))
             return Response(status, rheaders, data, url=url)
         raise ReconError(f"too many redirects fetching {url[:200]}")
@@ -656,7 +656,7 @@ class RemoteLayer(Layer):
                 "cached layer is shorter than its listing (cache damaged? delete it and run again)"))
             if 0 < size <= TEE_MAX:
                 part = _kept(part, size, cache, rec)  # type: ignore[assignment]
-            return io.BufferedReader(part, 1 << 20)  # type: ignore[arg-type]
+            return io.BufferedReader(cast(Any, part), 1 << 20)
 
         try:
             for rec in records:

@@ -128,7 +128,7 @@ class Prefixed(io.RawIOBase):
                 return out
             out, self._head = self._head[:n], self._head[n:]
             return out
-        return self._raw.read(n)
+        return self._raw.read(-1 if n is None else n)
 
     def readinto(self, buf: Any) -> int:
         data = self.read(len(buf))

@@ -316,10 +316,10 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
     if inp.kv_cache_dtype == "auto":
         dtype_expr = f"getattr(torch, {inp.dtype!r})"
     else:
-        table = _dtype_table(ctx)
-        if table is None:
+        dtypes = _dtype_table(ctx)
+        if dtypes is None:
             raise NotApplicable("no STR_DTYPE_TO_TORCH_DTYPE table in this release")
-        dtype_expr = f"attr({table!r})[{inp.kv_cache_dtype!r}]"
+        dtype_expr = f"attr({dtypes!r})[{inp.kv_cache_dtype!r}]"
     full_cls = f"{SPECS}:FullAttentionSpec"
     spec_exprs: dict[str, str] = {
         "full": (f"make({full_cls!r}, {{'use_mla': False}}, block_size={inp.block_size}, "

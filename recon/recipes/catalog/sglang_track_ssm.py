@@ -203,8 +203,8 @@ def run(ctx: RecipeContext) -> RecipeResult:
             raise ReconError(f"{NAME}: {r.target} is not in the slice (the slicer's budget ran "
                              "out before it); nothing of the release ran")
     events = child_events(results[0].stdout)
-    local_vals = next((e["values"] for e in events if e["kind"] == "locals"), {})
-    globs = next((e["values"] for e in events if e["kind"] == "globals"), {})
+    local_vals: dict[str, Any] = next((e["values"] for e in events if e["kind"] == "locals"), {})
+    globs: dict[str, Any] = next((e["values"] for e in events if e["kind"] == "globals"), {})
     chunk = local_vals.get("state_chunk_size")  # the release's mamba_chunk_size property
     if chunk is None:  # 0.5.1x: ServerArgs.mamba_cache_chunk_size
         chunk = local_vals.get("mamba_cache_chunk_size", server_chunk)

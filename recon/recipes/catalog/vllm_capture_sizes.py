@@ -492,12 +492,12 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
         if runner == "V1" and not t.modern:
             largest = chain.per_runner[runner].get("max_capture_size") or 0
             for n in range(1, n_max + 1):
-                pad, disp = results[start + 2 * (n - 1)], results[start + 2 * (n - 1) + 1]
+                padded, dispatched = results[start + 2 * (n - 1)], results[start + 2 * (n - 1) + 1]
                 if n * inp.q > largest:  # the runner's check: eager without asking
                     rows.append((n, "NONE", None))
                 else:
-                    mode, _ = _verdict(disp.value)
-                    rows.append((n, mode, pad.value))
+                    verdict, _ = _verdict(dispatched.value)
+                    rows.append((n, verdict, padded.value))
         else:
             for n, r in enumerate(results[start: start + n_max], start=1):
                 rows.append((n, *_verdict(r.value)))
@@ -507,7 +507,7 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
         chain.v2_unsupported = r.value if r.ok and isinstance(r.value, list) else None
         if not r.ok and r.error is not None:
             chain.notes.append(f"could not tell the default model runner: "
-                               f"{t.v2_features.rpartition(':')[2]} raised {r.error.line()}")
+                               f"{r.target.rpartition(':')[2]} raised {r.error.line()}")
     return chain
 
 
@@ -718,16 +718,16 @@ register(Recipe(
                  "speculative_config", "tensor_parallel_size", "enforce_eager", "cuda_graph_sizes"],
     reads_config=[],
     run=run,
-    example=("--flags 'vllm serve M --max-num-seqs 16 --speculative-config "
+    example=("--config example:qwen3-next-80b-a3b-instruct --flags 'vllm serve M --max-num-seqs 16 --speculative-config "
              "\"{\\\"method\\\":\\\"mtp\\\",\\\"num_speculative_tokens\\\":3}\" --compilation-config "
              "\"{\\\"cudagraph_capture_sizes\\\":[1,2,4,8,16,32,64],\\\"max_cudagraph_capture_size\\\":64}\"'"),
     demos=[
-        (None, "vllm serve zai-org/GLM-5.3-Flash --max-num-seqs 16 --max-num-batched-tokens 8192 "
+        ("qwen3-next-80b-a3b-instruct.json", "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs 16 --max-num-batched-tokens 8192 "
                "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' "
                "--compilation-config '{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\","
                "\"cudagraph_capture_sizes\":[1,2,4,8,16,32,64],\"max_cudagraph_capture_size\":64}'"),
         # the same deployment before: graphs up to 32 tokens, i.e. 8 requests of 4 tokens
-        (None, "vllm serve zai-org/GLM-5.3-Flash --max-num-seqs 16 --max-num-batched-tokens 8192 "
+        ("qwen3-next-80b-a3b-instruct.json", "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --max-num-seqs 16 --max-num-batched-tokens 8192 "
                "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}' "
                "--compilation-config '{\"cudagraph_mode\":\"FULL_AND_PIECEWISE\","
                "\"cudagraph_capture_sizes\":[1,2,4,8,16,32],\"max_cudagraph_capture_size\":32}'"),

@@ -98,7 +98,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
     if any_fn:
         calls.append(Call(any_fn))
     spec = "ns(draft_model_config=ns(hf_config=config))"
-    if aux_reads_dflash:
+    if aux_fn is not None and aux_reads_dflash:
         calls.append(Call(aux_fn, args={"spec_config": Py(spec)}))
     if fc_fn and aux_reads_dflash:
         calls.append(Call(fc_fn, args={"vllm_config": Py(f"ns(speculative_config={spec})")}))

@@ -452,7 +452,7 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
         raise NotApplicable("no AttentionBackend.get_supported_kernel_block_sizes in this release")
     convertor = _convertor_for(ctx, cfg)
     cache_defaults = _section_defaults(ctx, "CacheConfig")
-    params = {
+    params: dict[str, Any] = {
         "arch": arch, "dtype": dtype, "model_info": model_info, "model_cls": model_cls, "model_config_cls": mc_cls,
         "convertor": convertor, "max_model_len": ctx.flags.get("max_model_len")
         or cfg.get("max_position_embeddings") or 8192,
