@@ -308,7 +308,7 @@ KEYS: dict[tuple[str, str], list[str]] = {
         "│ vllm-0.33.0 │ vllm │ 0.33.0 │ 3231 │ 47.7 MiB │ pip:vllm==0.33.0 │"],
     (G, "recon snapshot verify vllm-0.33.0"): [
         "vllm-0.33.0 differs from its manifest", "│ modified │ vllm/envs.py │",
-        "│ extra │ vllm/scratch.py │", "5782 recorded files checked"],
+        "│ extra │ vllm/scratch.py │", "3231 recorded files checked"],
     # index, find, chain
     (G, "recon index vllm-0.33.0"): ["3231 modules, 7225 classes, 42119 functions"],
     (G, "recon find vllm-0.33.0 '*:*.adjust"): [
@@ -359,12 +359,12 @@ KEYS: dict[tuple[str, str], list[str]] = {
         "--config example:qwen3-next"): [
         "Mamba cache mode is set to 'align' for Qwen3NextForCausalLM by default when prefix "
         "caching is enabled",
-        "Setting attention block size to 544 tokens"],
+        "Setting attention block size to 576 tokens"],
     (G, "recon recipe run vllm-hybrid-page-align --snapshot pip:vllm==0.33.0 "
         "--config example:llama"): ["not a hybrid attention/mamba model"],
     (G, "recon demo"): [
         "flags: vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4",
-        "Setting attention block size to 272 tokens", "Padding mamba page size by 1.49%"],
+        "Setting attention block size to 320 tokens", "Padding mamba page size by 19.40%"],
     (G, "head -9 demo.md"): [
         "# recon demo",
         "sha256:4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",
@@ -413,9 +413,15 @@ KEYS: dict[tuple[str, str], list[str]] = {
     (G, "recon diff pip:vllm==0.31.0 pip:vllm==0.32.0 --section functions --focus vllm.config"): [
         "class fields: 3 field changes in 1 class (2 added, 1 removed)",
         "module constants: 2 module constant changes in 1 module (2 value)"],
+    # hotfix: the field case, before and after, and a refusal that names what is missing
+    (G, "recon hotfix pip:vllm==0.29.0 --from pip:vllm==0.32.0 --function "
+        "MambaHybridModelState.add_request"): [
+        "│ running-state column        │ 6335                              │ 87", "(README.md: compose, Kubernetes, verify, rollback)"],
+    (G, "recon hotfix pip:vllm==0.29.0 --from pip:vllm==0.32.0 --function "
+        "MambaHybridModelState.prepare_attn"): ["refused (names)", "InputBatch.prefi"],
     (G, "recon diff pip:vllm==0.32.0 pip:vllm==0.33.0"): [
         "│ vllm │ changed │ 0.32.0 │ 0.33.0 │",
-        "files: 387 added, 29 removed, 906 changed, 4490 unchanged (by sha256)"],
+        "files: 387 added, 29 removed, 905 changed, 4490 unchanged (by sha256)"],
     (G, "recon bisect CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"): [
         "6742e4fc1b", "6a60b2802d", "(self, uniform_decode_query_len: int, tensor_parallel_size: int)",
         "signature <- first change"],
