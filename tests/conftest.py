@@ -24,6 +24,13 @@ VLLM_LATEST = "0.33.0"
 SGLANG_LATEST = "0.5.23"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Warm engine servers the tests started do not outlive the test run."""
+    from recon.engine import server
+
+    server.stop_all()
+
+
 def _key(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
 

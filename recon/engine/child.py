@@ -139,31 +139,36 @@ def jsonable(value: Any) -> Any:
 
 
 class Provenance:
-    """The snapshot's functions that ran (code objects seen on ``call``), via ``sys.setprofile``.
+    """The snapshot's functions that ran: the code objects :mod:`cProfile` saw called.
 
-    A profile hook sees calls only (not lines), which keeps the cost low; it is
-    installed after the imports, so module bodies are not counted.
+    The profiler's hook is C code, so it costs a fraction of a Python-level
+    ``sys.setprofile`` hook on the millions of calls a request makes; its
+    counts accumulate over every ``active`` window (and survive a fork, so a
+    warm server's imports count for each request forked from it).
     """
 
     def __init__(self, root: str) -> None:
-        self.root = root.rstrip("/") + "/"
-        self.codes: set[types.CodeType] = set()
+        import cProfile
 
-    def _hook(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            self.codes.add(frame.f_code)
+        self.root = root.rstrip("/") + "/"
+        self.profile = cProfile.Profile(builtins=False)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        sys.setprofile(self._hook)
+        self.profile.enable()
         try:
             yield
         finally:
-            sys.setprofile(None)
+            self.profile.disable()
+
+    def seen(self) -> set[types.CodeType]:
+        """Every code object called while active."""
+        return {entry.code for entry in self.profile.getstats()
+                if isinstance(entry.code, types.CodeType)}
 
     def functions(self) -> list[dict[str, Any]]:
         out = []
-        for code in self.codes:
+        for code in self.seen():
             if not code.co_filename.startswith(self.root) or code.co_name == "<module>":
                 continue
             lines = [ln for _, _, ln in code.co_lines() if ln is not None]
@@ -1053,14 +1058,11 @@ def install_metadata(req: dict[str, Any]) -> None:
 
 
 def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
-    """Import hook, scratch model folder, log capture and the virtual platform."""
+    """Import hook, the release's metadata, log capture and the virtual platform."""
     MISSING_OPS.install()
     finder = EmptyExtensions(list(req.get("compiled", [])))
     sys.meta_path.insert(0, finder)
     sys.path.insert(0, req["src"])
-    os.makedirs(req["model_dir"], exist_ok=True)
-    with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
-        json.dump(req["config"], fh)
     install_metadata(req)
     handler = LOG_RECORDS
     handler.install()
@@ -1068,17 +1070,47 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
     return finder, handler, platform
 
 
-def answer(req: dict[str, Any]) -> dict[str, Any]:
-    """The whole engine-mode run for one request (see the module docstring)."""
+def write_model(req: dict[str, Any]) -> None:
+    """The user's config.json in the request's scratch model folder."""
+    os.makedirs(req["model_dir"], exist_ok=True)
+    with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
+        json.dump(req["config"], fh)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What a child sets up before it reads the command line (a warm server keeps it)."""
+
+    finder: EmptyExtensions
+    handler: LogRecords
+    platform: Any
+    provenance: Provenance
+    probes: list[str]
+
+
+def prepared(req: dict[str, Any]) -> Prepared:
+    finder, handler, platform = prepare(req)
+    return Prepared(finder, handler, platform, Provenance(req["src"]), replace_subprocess_probes())
+
+
+def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
+    """The whole engine-mode run for one request (see the module docstring).
+
+    ``warm``: what a warm server prepared and imported before forking this
+    request's process; without it the request prepares and imports itself.
+    """
     start = time.monotonic()
     out: dict[str, Any] = {"ok": False, "errors": [], "phases": {},
                            "kv_memory_bytes": req.get("kv_memory_bytes"),
                            "kv_memory_range_bytes": req.get("kv_memory_range_bytes"),
                            "gpu_memory_bytes": int(req["gpu"]["memory_bytes"])}
-    finder, handler, platform = prepare(req)
+    if warm is None:
+        warm = prepared(req)
+    else:
+        own_scratch(os.path.dirname(req["model_dir"]))
+    write_model(req)
+    finder, handler, platform, prov = warm.finder, warm.handler, warm.platform, warm.provenance
     imported = time.monotonic()
-    prov = Provenance(req["src"])
-    probes = replace_subprocess_probes()
     try:
         with prov.active():
             argv = list(req["argv"])
@@ -1104,7 +1136,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     # the KV lines of the main planning call (the range's calls print their own after it)
     out["logged"] = {**handler.numbers(), **out.pop("printed", {})}
     out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
-    out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": probes,
+    out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": warm.probes,
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
                        "device_count": getattr(platform, "recon_counted", []),
                        "platform": f"{type(platform).__mro__[1].__module__}."
@@ -1116,6 +1148,118 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: what every request imports first (``parse_serve``): a warm server imports it once
+WARM_IMPORTS = ("vllm.entrypoints.cli.serve",)
+#: the environment variables that name the scratch folders the release writes caches in
+SCRATCH_VARS = {"HOME": "", "TMPDIR": "", "HF_HOME": "hf", "VLLM_CONFIG_ROOT": "vllm-config",
+                "VLLM_CACHE_ROOT": "vllm-cache"}
+
+
+def own_scratch(folder: str) -> None:
+    """A forked request's own scratch folders, as a cold child's are its own.
+
+    The release caches what it learned in them (the model registry's
+    ``modelinfos``); shared, a later request would take another path than a cold one.
+    """
+    import tempfile
+
+    for name, sub in SCRATCH_VARS.items():
+        os.environ[name] = os.path.join(folder, sub) if sub else folder
+    tempfile.tempdir = None
+
+
+def _model_modules(architectures: list[str]) -> list[str]:
+    """The modules the release's model registry names for ``architectures`` (not imported)."""
+    registry = importlib.import_module("vllm.model_executor.models.registry")
+    models = getattr(getattr(registry, "ModelRegistry", None), "models", {})
+    names = [getattr(models.get(arch), "module_name", None) for arch in architectures]
+    return [n for n in names if isinstance(n, str)]
+
+
+def warm_up(setup: dict[str, Any]) -> tuple[Prepared, dict[str, Any]]:
+    """Prepare and import what every request needs, as a request would, under provenance.
+
+    The imports run with the log capture and the provenance hook on, as in a
+    request's own child, so a forked request reports the same records and
+    functions. Module bodies ask the declared GPU while importing (0.33.0
+    asks its capability), so a server serves one GPU (part of its key).
+    """
+    start = time.monotonic()
+    warm = prepared(setup)
+    with warm.provenance.active():
+        _find(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
+        for name in WARM_IMPORTS:
+            importlib.import_module(name)
+    models = []
+    with contextlib.suppress(Exception):  # a request imports them itself (and says why not)
+        models = _model_modules(list(setup.get("architectures") or []))
+        with warm.provenance.active():
+            for name in models:
+                importlib.import_module(name)
+    return warm, {"ready": True, "model_modules": models,
+                  "seconds": round(time.monotonic() - start, 2)}
+
+
+def _frame(out: Any, data: bytes) -> None:
+    out.write(b"%d\n" % len(data) + data)
+    out.flush()
+
+
+def _forked_answer(req: dict[str, Any], warm: Prepared) -> bytes:
+    """One request in a forked copy of the warm server: nothing it changes outlives it."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(rfd)
+            try:
+                result = answer(req, warm)
+            except BaseException as err:  # noqa: BLE001 - the parent must always get an answer
+                result = _setup_failure(err)
+            with os.fdopen(wfd, "wb") as fh:
+                fh.write(json.dumps(result, default=str).encode())
+        except BaseException:  # noqa: BLE001 - a child never returns into the server loop
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as fh:
+        data = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        data = json.dumps(_setup_failure(RuntimeError(
+            f"the request's process ended with status {status} and no answer"))).encode()
+    return data
+
+
+def _setup_failure(err: BaseException) -> dict[str, Any]:
+    return {"ok": False, "errors": [{"stage": "setup", "error": f"{type(err).__name__}: {err}",
+                                     "traceback": traceback.format_exc()[-4000:]}]}
+
+
+def serve() -> None:
+    """Warm mode: the first stdin line sets up and imports; each next line is one request.
+
+    Every answer (and the set-up's own report first) goes to ``result_fd`` as
+    a frame: its length in ASCII digits, a newline, the JSON.
+    """
+    setup = json.loads(sys.stdin.readline())
+    with os.fdopen(int(setup["result_fd"]), "wb") as out:
+        try:
+            warm, ready = warm_up(setup)
+        except BaseException as err:  # noqa: BLE001 - a cold child will give the error
+            _frame(out, json.dumps({"ready": False, "error": f"{type(err).__name__}: {err}"},
+                                   default=str).encode())
+            return
+        _frame(out, json.dumps(ready).encode())
+        for line in sys.stdin:
+            req = json.loads(line)
+            if not isinstance(req, dict) or req.get("quit"):
+                return
+            _frame(out, _forked_answer(req, warm))
+
+
 MISSING_OPS = MissingOps()
 LOG_RECORDS = LogRecords()
 
@@ -1125,12 +1269,14 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0]) == here:
         sys.path.pop(0)  # run as a script: its folder is not an import root
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
     req = json.loads(sys.stdin.read())
     try:
         result = answer(req)
     except BaseException as err:  # noqa: BLE001 - the parent must always get an answer
-        result = {"ok": False, "errors": [{"stage": "setup", "error": f"{type(err).__name__}: "
-                                           f"{err}", "traceback": traceback.format_exc()[-4000:]}]}
+        result = _setup_failure(err)
     data = json.dumps(result, default=str).encode()
     with os.fdopen(int(req["result_fd"]), "wb") as fh:
         fh.write(data)

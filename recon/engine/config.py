@@ -28,9 +28,10 @@ from typing import Any, cast
 from .. import progress
 from ..errors import ReconError
 from ..paths import cache_dir
-from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
+from ..slicing.sandbox import Limits, interpreter_dirs, launch
 from ..snapshot import Snapshot
 from ..writer import write_json
+from . import server
 from .env import ReleaseEnv, release_env, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
@@ -138,35 +139,73 @@ def _request(snapshot: Snapshot, argv: list[str], config_json: dict[str, Any], g
             "kv_memory_bytes": None}
 
 
-def _child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:
-    """The sandbox's environment plus what keeps the release off the network and the home."""
-    quiet = {"HF_HOME": str(work / "hf"), "VLLM_CONFIG_ROOT": str(work / "vllm-config"),
-             "VLLM_CACHE_ROOT": str(work / "vllm-cache"), "VLLM_NO_USAGE_STATS": "1",
-             "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"}
-    return base_env(work, {**quiet, **(extra or {})})
-
-
 def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, root: Path,
               work: Path, timeout: float, sandbox: bool) -> dict[str, Any]:
-    """One sandboxed child; its JSON result (validated to be an object)."""
+    """The release's answer to ``request`` as a JSON object (the bytes are untrusted).
+
+    From a warm server (:mod:`recon.engine.server`) when one can give it, else
+    from a cold child; ``seconds.server`` says which: ``warm``, ``started``
+    (this request started the server), ``cold`` or ``off``.
+    """
+    extra = request.pop("env", None)
     limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
                     scratch_mb=512, processes=512)
     read_only = [str(snapshot.src), str(env.root), str(CHILD.parent), *interpreter_dirs()]
-    outcome = launch([str(env.python), "-I", "-B", str(CHILD)], request, root=root, work=work,
-                     limits=limits, env=_child_env(work, request.pop("env", None)),
-                     slice_files=set(), read_only=read_only)
-    if outcome.timed_out:
-        raise EngineFailed(f"engine mode ran past {timeout:.0f} s; stderr tail: "
-                           f"{outcome.stderr[-400:]}")
+    argv = [str(env.python), "-I", "-B", str(CHILD)]
+    served = _ask_server(snapshot, env, request, extra, argv, read_only, limits) \
+        if server.enabled() else None
+    stderr = ""
+    if served is not None:
+        data, how, confinement = served.data, served.how, served.confinement
+    else:
+        outcome = launch(argv, request, root=root, work=work, limits=limits,
+                         env=server.child_env(work, extra), slice_files=set(),
+                         read_only=read_only)
+        if outcome.timed_out:
+            raise EngineFailed(f"engine mode ran past {timeout:.0f} s; stderr tail: "
+                               f"{outcome.stderr[-400:]}")
+        data, confinement, stderr = outcome.result, outcome.confinement, outcome.stderr
+        how = "cold" if server.enabled() else "off"
     try:
-        result = json.loads(outcome.result.decode("utf-8"))
+        result = json.loads(data.decode("utf-8"))
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        raise EngineFailed(f"engine-mode child gave no answer (exit {outcome.returncode}); "
-                           f"stderr tail: {outcome.stderr[-600:].strip()}")
-    result["confinement"] = outcome.confinement
+        raise EngineFailed(f"engine-mode child gave no answer ({how}); "
+                           f"stderr tail: {stderr[-600:].strip()}")
+    result["confinement"] = confinement
+    if isinstance(result.get("seconds"), dict):
+        result["seconds"]["server"] = how
     return result
+
+
+def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
+                extra: dict[str, str] | None, argv: list[str], read_only: list[str],
+                limits: Limits) -> server.Served | None:
+    """A warm server's answer (see :mod:`recon.engine.server`), or None: run a cold child."""
+    from ..snapcache import tree_key
+
+    tree = tree_key(snapshot.src)
+    if tree is None or "unsettled" in tree:
+        return None
+    gpu = dict(request["gpu"])
+    architectures = request["config"].get("architectures") \
+        if isinstance(request.get("config"), dict) else None
+    key = server.server_key({"tree": tree, "env": renv.root.name, "child": _child_digest(),
+                             "environ": extra or {}, "gpu": gpu,
+                             "sandbox": limits.sandbox, "python": str(renv.python),
+                             "architectures": architectures})
+    setup = {k: request[k] for k in ("src", "compiled", "gpu", "package", "version", "metadata")}
+    setup["architectures"] = architectures if isinstance(architectures, list) else []
+    spec = server.ServerSpec(key=key, argv=[*argv, "--serve"], env_extra=dict(extra or {}),
+                             read_only=read_only, setup=setup, memory_mb=limits.memory_mb,
+                             scratch_mb=2048, processes=limits.processes,
+                             sandbox=limits.sandbox)
+    try:
+        return server.ask(spec, request, limits.timeout)
+    except server.ServerTimedOut as err:
+        raise EngineFailed(f"engine mode ran past {limits.timeout:.0f} s (warm server); "
+                           f"stderr tail: {err}") from None
 
 
 def _with_digests(snapshot: Snapshot, ran: list[dict[str, Any]]) -> list[dict[str, Any]]:

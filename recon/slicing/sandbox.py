@@ -576,22 +576,45 @@ def _parents_searchable(path: str) -> bool:
         return False
 
 
-def launch(inner: list[str], request: Mapping[str, object], *, root: Path, work: Path,
-           limits: Limits, env: dict[str, str], slice_files: set[str],
-           read_only: list[str]) -> Outcome:
-    """Run ``inner`` (sandboxed unless waived) with ``request`` as JSON on stdin.
+@dataclass
+class Running:
+    """A started child: its process, the read ends of its two pipes, where its output goes.
 
-    The child gets two pipes: ``result_fd`` for its report and ``events_fd``
-    for the guard's refusals, written as each happens. Both are read capped;
-    what they hold is untrusted data (the runner validates it).
+    ``fds`` are the numbers the child knows its write ends by (they go into its
+    request as ``result_fd`` and ``events_fd``). :meth:`stop` kills the whole
+    sandbox and undoes what starting it made (cgroup, staging folders).
     """
-    import json
 
+    proc: subprocess.Popen[bytes]
+    plan: _Plan
+    result_fd: int
+    events_fd: int
+    fds: dict[str, int]
+    out_path: Path
+    err_path: Path
+    start: float
+
+    def stop(self, timed_out: bool = False) -> None:
+        _interrupt_and_kill(self.proc, timed_out)
+        self.proc.wait()
+        _remove_cgroup(self.plan.cgroup)
+        _unstage(self.plan.staged)
+
+    def stderr(self) -> str:
+        return _tail(self.err_path)
+
+
+def spawn(inner: list[str], *, root: Path, work: Path, limits: Limits, env: dict[str, str],
+          read_only: list[str]) -> Running:
+    """Start ``inner`` (sandboxed unless waived) with a stdin pipe and two report pipes.
+
+    :func:`launch` is one request and a wait; the warm engine server
+    (:mod:`recon.engine.server`) keeps the child and writes to its stdin again.
+    """
     plan = _plan(inner, root=root, work=work, limits=limits, read_only=read_only)
     become = plan.popen.pop("become_nobody", None)
     rfd, wfd = os.pipe()
     efd_r, efd_w = os.pipe()
-    data = json.dumps({**request, "result_fd": wfd, "events_fd": efd_w}).encode()
     out_path, err_path = root / "stdout.txt", root / "stderr.txt"
     start = time.monotonic()
     with open(out_path, "wb") as out_fh, open(err_path, "wb") as err_fh:
@@ -607,33 +630,53 @@ def launch(inner: list[str], request: Mapping[str, object], *, root: Path, work:
         except subprocess.SubprocessError as err:  # the preexec step failed (staging, uid)
             _remove_cgroup(plan.cgroup)
             _unstage(plan.staged)
+            os.close(rfd)
+            os.close(efd_r)
             raise SandboxUnavailable(f"could not prepare the sandbox's user: {err}") from err
         except BaseException:
             _remove_cgroup(plan.cgroup)
             _unstage(plan.staged)
+            os.close(rfd)
+            os.close(efd_r)
             raise
         finally:
             os.close(wfd)
             os.close(efd_w)
-        chunks: list[bytes] = []
-        events: list[bytes] = []
-        readers = [threading.Thread(target=_read_capped, args=(fd, cap, sink), daemon=True)
-                   for fd, cap, sink in ((rfd, RESULT_CAP, chunks), (efd_r, _EVENTS_CAP, events))]
-        for reader in readers:
-            reader.start()
-        timed_out = _feed_and_wait(proc, data, limits.timeout)
-        _interrupt_and_kill(proc, timed_out)
-        proc.wait()
-        _remove_cgroup(plan.cgroup)
-        _unstage(plan.staged)
-        for reader in readers:
-            reader.join(timeout=5)
-    stderr = _tail(err_path)
-    return Outcome(returncode=_returncode(proc.returncode, limits.sandbox),
-                   result=b"".join(chunks), events=b"".join(events), stdout=_tail(out_path),
-                   stderr=stderr, timed_out=timed_out, wall_seconds=time.monotonic() - start,
+    return Running(proc, plan, rfd, efd_r, {"result_fd": wfd, "events_fd": efd_w},
+                   out_path, err_path, start)
+
+
+def launch(inner: list[str], request: Mapping[str, object], *, root: Path, work: Path,
+           limits: Limits, env: dict[str, str], slice_files: set[str],
+           read_only: list[str]) -> Outcome:
+    """Run ``inner`` (sandboxed unless waived) with ``request`` as JSON on stdin.
+
+    The child gets two pipes: ``result_fd`` for its report and ``events_fd``
+    for the guard's refusals, written as each happens. Both are read capped;
+    what they hold is untrusted data (the runner validates it).
+    """
+    import json
+
+    running = spawn(inner, root=root, work=work, limits=limits, env=env, read_only=read_only)
+    data = json.dumps({**request, **running.fds}).encode()
+    chunks: list[bytes] = []
+    events: list[bytes] = []
+    readers = [threading.Thread(target=_read_capped, args=(fd, cap, sink), daemon=True)
+               for fd, cap, sink in ((running.result_fd, RESULT_CAP, chunks),
+                                     (running.events_fd, _EVENTS_CAP, events))]
+    for reader in readers:
+        reader.start()
+    timed_out = _feed_and_wait(running.proc, data, limits.timeout)
+    running.stop(timed_out)
+    for reader in readers:
+        reader.join(timeout=5)
+    stderr = running.stderr()
+    return Outcome(returncode=_returncode(running.proc.returncode, limits.sandbox),
+                   result=b"".join(chunks), events=b"".join(events),
+                   stdout=_tail(running.out_path), stderr=stderr, timed_out=timed_out,
+                   wall_seconds=time.monotonic() - running.start,
                    stuck_at=stuck_site(stderr, slice_files) if timed_out else "",
-                   confinement=plan.confinement)
+                   confinement=running.plan.confinement)
 
 
 def _feed_and_wait(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> bool:
