@@ -355,9 +355,20 @@ def run_one(kind: str, seed: bytes, index: int, work: Path) -> str | None:
     return f"slow: {took:.1f} s" if took > SLOW_S else ("" if ok else None)
 
 
+def _address_space() -> int:
+    """This process's mapped address space now (``VmSize``), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) << 10
+    return 0
+
+
 def _worker(kinds: list[str], shard: int, shards: int, conn: Any) -> None:
     """A forked worker: capped address space, its share of every kind's mutants; results by pipe."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+    # on top of what the fork inherits: pytest's address space has grown by whatever earlier
+    # tests loaded (torch alone maps gigabytes it never touches)
+    cap = _address_space() + MEMORY_CAP
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     signal.signal(signal.SIGALRM, _on_alarm)
     work = Path(tempfile.mkdtemp(prefix=f"recon-fuzz-{shard}-"))
     failures: list[tuple[str, int, str]] = []
