@@ -1213,6 +1213,9 @@ def _forked_answer(req: dict[str, Any], warm: Prepared) -> bytes:
         code = 0
         try:
             os.close(rfd)
+            # the release logs to stdout; its records are in the answer, and the server's
+            # output file would otherwise grow with every request
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
             try:
                 result = answer(req, warm)
             except BaseException as err:  # noqa: BLE001 - the parent must always get an answer

@@ -207,10 +207,10 @@ def _start(spec: ServerSpec) -> socket.socket | None:
             continue
         try:
             _make_room()
-            _launch_supervisor(spec, fd)
+            proc = _launch_supervisor(spec, fd)
         finally:
             os.close(fd)  # the supervisor's copy of the descriptor keeps the lock
-        for _ in range(100):
+        while proc.poll() is None and time.monotonic() < deadline:  # it listens, then imports
             sock = _connect(spec.key)
             if sock is not None:
                 return sock
@@ -219,7 +219,7 @@ def _start(spec: ServerSpec) -> socket.socket | None:
     return None
 
 
-def _launch_supervisor(spec: ServerSpec, lock_fd: int) -> None:
+def _launch_supervisor(spec: ServerSpec, lock_fd: int) -> subprocess.Popen[bytes]:
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -234,6 +234,7 @@ def _launch_supervisor(spec: ServerSpec, lock_fd: int) -> None:
         proc.stdin.write(json.dumps({"spec": asdict(spec), "lock_fd": lock_fd,
                                      "idle": idle_seconds()}).encode())
         proc.stdin.close()
+    return proc
 
 
 def _make_room() -> None:

@@ -593,8 +593,13 @@ class Running:
     out_path: Path
     err_path: Path
     start: float
+    stopped: bool = False
 
     def stop(self, timed_out: bool = False) -> None:
+        """Kill and clean up, once (a second call must not signal a reused process id)."""
+        if self.stopped:
+            return
+        self.stopped = True
         _interrupt_and_kill(self.proc, timed_out)
         self.proc.wait()
         _remove_cgroup(self.plan.cgroup)
