@@ -29,16 +29,17 @@ CONFIG = json.loads((EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json").read_tex
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct -tp 2 --max-num-seqs 64"
 
 
-@pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No stored answers, servers on, and none of this user's servers left afterwards."""
-    monkeypatch.setenv("RECON_ENGINE_CACHE", "0")
-    monkeypatch.delenv("RECON_ENGINE_SERVER", raising=False)
-    server.stop_all()
-    _wait_gone()
-    yield
-    server.stop_all()
-    _wait_gone()
+@pytest.fixture(scope="module")
+def no_stored_answers() -> Iterator[None]:
+    """Every request is computed (no stored answers); no server left when the module ends."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RECON_ENGINE_CACHE", "0")
+        patch.delenv("RECON_ENGINE_SERVER", raising=False)
+        server.stop_all()
+        _wait_gone()
+        yield
+        server.stop_all()
+        _wait_gone()
 
 
 def _wait_gone(seconds: float = 30) -> None:
@@ -57,7 +58,9 @@ def _decided(facts: EngineFacts) -> dict[str, Any]:
     return out
 
 
-def test_warm_answers_equal_a_cold_child(vllm_latest: Snapshot, fresh: None,
+# The tests below run in order and share the servers the first one starts.
+
+def test_warm_answers_equal_a_cold_child(vllm_latest: Snapshot, no_stored_answers: None,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Two command lines on one server, and another GPU (another server, since module bodies
     ask the GPU while importing): each answer equals a cold child's."""
@@ -70,38 +73,21 @@ def test_warm_answers_equal_a_cold_child(vllm_latest: Snapshot, fresh: None,
     assert [f.seconds["server"] for f in warm] == ["started", "warm", "started"]
     for c, w in zip(cold, warm, strict=True):
         assert _decided(w) == _decided(c)
-    # the three answers differ where the release decides differently (not one answer replayed)
+    # the answers differ where the release decides differently (not one answer replayed)
     assert warm[0].facts["attention_block_size"] != warm[1].facts["attention_block_size"]
     assert warm[0].gpu.name != warm[2].gpu.name and warm[0].facts != warm[2].facts
     assert warm[1].seconds["import"] < 0.5 and warm[1].replaced["confinement"]["warm_server"]
     assert warm[1].replaced["confinement"]["os_sandbox"] == "bwrap"
-
-
-def test_a_request_past_its_timeout_takes_the_server_down(vllm_latest: Snapshot, fresh: None) -> None:
-    engine_config(vllm_latest, FLAGS, CONFIG)
-    assert len(server.live_servers()) == 1
-    with pytest.raises(EngineFailed, match="ran past"):
-        engine_config(vllm_latest, FLAGS + " --max-num-seqs 32", CONFIG, timeout=0.2)
-    _wait_gone(10)
-    assert server.live_servers() == []
-
-
-def test_an_idle_server_exits(vllm_latest: Snapshot, fresh: None,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECON_ENGINE_SERVER_IDLE", "2")
-    engine_config(vllm_latest, FLAGS, CONFIG)
-    assert len(server.live_servers()) == 1
-    _wait_gone(15)
-    assert server.live_servers() == []
+    assert len(server.live_servers()) == 2
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
-def test_another_user_gets_nothing(vllm_latest: Snapshot, fresh: None) -> None:
-    engine_config(vllm_latest, FLAGS, CONFIG)
-    (short,) = server.live_servers()
+def test_another_user_gets_nothing(no_stored_answers: None) -> None:
+    live = server.live_servers()
+    assert live, "the servers of the first test"
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # another user on the same host asks the server for an answer
+    if pid == 0:  # another user on the same host asks a server to quit
         os.close(read)
         reply = b""
         try:
@@ -109,7 +95,7 @@ def test_another_user_gets_nothing(vllm_latest: Snapshot, fresh: None) -> None:
             os.setuid(65534)
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(20)
-                sock.connect(f"\0recon-engine-0-{short}".encode())
+                sock.connect(f"\0recon-engine-0-{live[0]}".encode())
                 sock.sendall(b'{"quit": true}\n')
                 reply = sock.recv(100) or b"closed"
         except OSError as err:
@@ -122,7 +108,34 @@ def test_another_user_gets_nothing(vllm_latest: Snapshot, fresh: None) -> None:
         got = fh.read()
     # hung up on (at once, or as it wrote), never answered
     assert got == b"closed" or got.startswith((b"error [Errno 32]", b"error [Errno 104]")), got
-    assert server.live_servers() == [short]  # its quit was not obeyed
+    time.sleep(0.5)
+    assert server.live_servers() == live  # its quit was not obeyed
+
+
+def test_a_request_past_its_timeout_takes_the_server_down(vllm_latest: Snapshot,
+                                                           no_stored_answers: None) -> None:
+    before = set(server.live_servers())
+    with pytest.raises(EngineFailed, match="ran past"):
+        engine_config(vllm_latest, FLAGS + " --max-num-seqs 32", CONFIG, timeout=0.2)
+    _wait_gone_from(before, 1)
+    assert len(server.live_servers()) == len(before) - 1
+
+
+def _wait_gone_from(before: set[str], count: int, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while len(before - set(server.live_servers())) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_an_idle_server_exits(vllm_latest: Snapshot, no_stored_answers: None,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    server.stop_all()
+    _wait_gone()
+    monkeypatch.setenv("RECON_ENGINE_SERVER_IDLE", "2")
+    assert engine_config(vllm_latest, FLAGS, CONFIG).seconds["server"] == "started"
+    assert len(server.live_servers()) == 1
+    _wait_gone(15)
+    assert server.live_servers() == []
 
 
 def _pipe_with(data: bytes) -> int:

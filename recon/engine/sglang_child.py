@@ -244,27 +244,14 @@ class Decisions(vchild.Provenance):
     """The functions that ran, plus every ``declare_resolution`` call with its caller.
 
     Releases with a resolution pipeline record each decision as
-    ``declare_resolution(server_args, source, **fields)``; the profile hook sees
+    ``declare_resolution(server_args, source, **fields)``; the trace hook sees
     that call (its arguments and the line that made it) without changing it.
     """
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
-        self.codes: set[types.CodeType] = set()
         self.watched: set[types.CodeType] = set()
         self.declared: list[dict[str, Any]] = []
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """A Python-level hook: it reads the watched calls' arguments (cProfile cannot)."""
-        sys.setprofile(self._hook)
-        try:
-            yield
-        finally:
-            sys.setprofile(None)
-
-    def seen(self) -> set[types.CodeType]:
-        return self.codes
 
     def watch(self, fn: Any) -> None:
         code = getattr(fn, "__code__", None)
