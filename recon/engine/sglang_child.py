@@ -201,6 +201,10 @@ def virtual_cuda(gpu: dict[str, Any], cuda_version: str) -> list[str]:
     }
     for name, fn in answers.items():
         setattr(torch.cuda, name, fn)
+    # torchvision checks once, on import, that it was built for torch's CUDA: let it check
+    # the pair as installed, before torch reports the declared version
+    with contextlib.suppress(Exception):
+        importlib.import_module("torchvision")
     torch.version.cuda = cuda_version
     return [f"torch.cuda.{name}" for name in answers] + [f"torch.version.cuda = {cuda_version!r}"]
 

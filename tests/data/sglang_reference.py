@@ -85,6 +85,10 @@ def patch_torch(gpu: dict[str, Any]) -> None:
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.mem_get_info = lambda device=None: (gpu["memory_bytes"], gpu["memory_bytes"])
     torch.cuda.current_device = lambda: 0
+    try:  # its import-time check pairs it with torch's own CUDA, before the version is set
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001, S110 - not in this environment, or fails as the release would see
+        pass
     torch.version.cuda = "12.8"
     register = torch.library.register_fake
 
