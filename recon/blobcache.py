@@ -176,35 +176,6 @@ class BlobCache:
                 os.unlink(tmp)
             raise
 
-    def put_stream(self, digest: str, src: IO[bytes], *, size: int | None = None,
-                   where: str | None = None) -> Path:
-        """Copy ``src`` into the cache under ``digest``, verified; nothing is kept on mismatch."""
-        check_digest(digest, where=where)
-        final = self.path(digest)
-        if final.is_file():
-            return final
-        h = hasher(digest)
-        total = 0
-        fd, tmp = tempfile.mkstemp(prefix="put-", dir=self.partial)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                while block := src.read(_CHUNK):
-                    total += len(block)
-                    if size is not None and total > size:
-                        raise DigestMismatch(f"more than the {size} bytes announced for {digest}",
-                                             where=where)
-                    h.update(block)
-                    fh.write(block)
-            got = f"{digest.partition(':')[0]}:{h.hexdigest()}"
-            if got != digest or (size is not None and total != size):
-                raise DigestMismatch(f"content does not match its digest {digest} "
-                                     f"(got {got}, {total} bytes)", where=where)
-            return self._finish(Path(tmp), digest)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-
     def fetch(self, digest: str, size: int | None, opener: Opener, *, where: str | None = None,
               on_bytes: Callable[[int], None] | None = None, cancel: threading.Event | None = None,
               attempts: int = 3) -> Path:

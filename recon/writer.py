@@ -231,7 +231,6 @@ class TreeWriter:
                     os.mkdir(self.root.name, 0o755, dir_fd=parent_fd)
                 fd = os.open(self.root.name, _DIR_FLAGS, dir_fd=parent_fd)
         self._dirs: dict[str, int] = {"": fd}
-        self.bytes_written = 0
 
     def close(self) -> None:
         for fd in self._dirs.values():
@@ -346,7 +345,6 @@ class TreeWriter:
                     hasher.update(block)
         finally:
             os.close(fd)
-        self.bytes_written += total
         return total, hasher.hexdigest() if hasher is not None else ""
 
     def write_bytes(self, rel: str, data: bytes, *, where: str = "") -> tuple[int, str]:
@@ -358,7 +356,6 @@ class TreeWriter:
             self._write_all(fd, data)
         finally:
             os.close(fd)
-        self.bytes_written += len(data)
         return len(data), hashlib.sha256(data).hexdigest()
 
     def symlink(self, rel: str, target: str, *, where: str = "") -> None:

@@ -18,7 +18,7 @@ import builtins
 from functools import lru_cache
 from typing import NamedTuple
 
-from .models import ClassInfo, FunctionInfo, split_qualname
+from .models import FunctionInfo, split_qualname
 from .snapshot_index import SnapshotIndex
 
 _BUILTINS = frozenset(dir(builtins))
@@ -355,7 +355,3 @@ class Resolver:
                 out.append(fn)
         return out
 
-    def class_of(self, fn: FunctionInfo) -> ClassInfo | None:
-        if fn.class_name is None:
-            return None
-        return self.index.classes.get(f"{fn.module}:{fn.class_name}")

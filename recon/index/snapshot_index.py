@@ -202,9 +202,6 @@ class SnapshotIndex:
             return ""
         return "; did you mean: " + ", ".join(cands[:5]) + "?"
 
-    def module_of(self, qualname: str) -> ModuleInfo:
-        return self.modules[split_qualname(qualname)[0]]
-
     def module_for_path(self, path: str) -> ModuleInfo | None:
         name = self.by_path.get(path)
         return self.modules.get(name) if name else None

@@ -134,11 +134,6 @@ class ClosureResult:
     cut: list[str]
     budget: int = DEFAULT_BUDGET
 
-    @property
-    def unit_count(self) -> int:
-        return sum(len(k.units) + sum(len(c.members) for c in k.classes.values())
-                   for k in self.modules.values())
-
 
 def parse_qualname(text: str, mods: ModuleSet) -> tuple[str, tuple[str, ...]]:
     """``pkg.mod:Class.method``, dotted ``pkg.mod.Class.method``, or a unique suffix

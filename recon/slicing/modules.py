@@ -39,11 +39,6 @@ class ModuleSet:
     def in_package(self, module: str) -> bool:
         return module == self.package or module.startswith(self.package + ".")
 
-    def submodules(self, package: str) -> list[str]:
-        prefix = package + "."
-        return sorted(n[len(prefix):] for n in self._names
-                      if n.startswith(prefix) and "." not in n[len(prefix):])
-
     def get(self, module: str) -> ModuleModel | None:
         """The parsed module, or None when absent or unparsable (recorded in parse_errors)."""
         entry = self._names.get(module)
