@@ -50,6 +50,53 @@ def test_empty_extensions_answer_only_listed_names() -> None:
     assert module.__name__ == "pkg._C" and finder.hits == ["pkg._C"]
 
 
+def test_gpu_packages_stand_in_last_and_only_for_listed_names() -> None:
+    import importlib
+    import importlib.util
+    import sys
+
+    stand_in = child.GpuPackages(["recon_test_gpu_pkg", "json"])
+    sys.meta_path.append(stand_in)
+    try:
+        assert importlib.util.find_spec("recon_test_gpu_other") is None
+        module = importlib.import_module("recon_test_gpu_pkg.utils")
+        size = module.sm_count(0)  # any attribute works, and its use is recorded
+        with pytest.raises(TypeError):  # but it has no value to compute with
+            int(size)
+        import json as real_json  # an installed package of a listed name wins (finder last)
+        assert hasattr(real_json, "dumps") and "json" not in stand_in.hits
+        report = stand_in.report()
+        assert report["gpu_packages"] == ["recon_test_gpu_pkg"]
+        assert "recon_test_gpu_pkg.utils.sm_count" in report["gpu_package_names_used"]
+    finally:
+        sys.meta_path.remove(stand_in)
+        for name in [n for n in sys.modules if n.startswith("recon_test_gpu_pkg")]:
+            del sys.modules[name]
+
+
+def test_gpu_only_modules_name_what_vllm_requires() -> None:
+    from recon.engine.env import gpu_only_modules
+
+    required = ["flashinfer-python", "flashinfer-cubin", "humming-kernels", "nvidia-cublas",
+                "nvidia-ml-py", "torch", "cuda-bindings"]
+    assert gpu_only_modules(required) == ["cuda", "flashinfer", "flashinfer_cubin", "humming"]
+
+
+def test_quantization_is_left_out_only_where_the_config_cannot_back_it() -> None:
+    from recon.engine.config import _unbacked_quantization
+
+    failed = {"ok": False, "quantization": "compressed-tensors",
+              "errors": [{"error": "TypeError: CompressedTensorsConfig.__init__() missing 3"}]}
+    said = _unbacked_quantization(failed, {"architectures": ["X"]})
+    assert said is not None and said.startswith("--quantization compressed-tensors was left out")
+    assert "missing 3" in said
+    assert _unbacked_quantization(failed, {"quantization_config": {"quant_method": "x"}}) is None
+    assert _unbacked_quantization(failed, {"text_config": {"quantization_config": {}}}) is None
+    assert _unbacked_quantization({**failed, "ok": True}, {}) is None
+    assert _unbacked_quantization({**failed, "usage_error": {}}, {}) is None
+    assert _unbacked_quantization({**failed, "quantization": None}, {}) is None
+
+
 def test_log_records_keep_the_engine_numbers() -> None:
     import logging
 

@@ -32,10 +32,7 @@ RECIPE = {"page-align": "vllm-hybrid-page-align", "kv": "kv-capacity",
 IN_CI = {"0.19.0", "0.26.0", "0.28.0", "0.33.0"}
 ALL = os.environ.get("RECON_ENGINE_ALL") == "1"
 #: cases recon cannot answer yet, and why (strict: an answer makes the test say so)
-NOT_YET: dict[str, str] = {
-    "KV4": "0.22.0's compressed-tensors quantization imports the GPU kernel package humming",
-    "CG6": "no config.json, and --quantization compressed-tensors reads its settings from one",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def recon(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,12 +3,16 @@
 This file runs inside the OS sandbox (``recon.slicing.sandbox``) as a script,
 under the release's own environment (``recon.engine.env``), with the
 snapshot's source folder first on ``sys.path``. It depends on the standard
-library only, so it can be imported and unit-tested outside the sandbox too.
+library only (and on recon's standard-library-only ``../slicing/stubs.py``,
+loaded by path), so it can be imported and unit-tested outside the sandbox too.
 
 What it replaces, and nothing else (every replacement is reported):
 
 * the compiled extension modules the snapshot lists but does not hold
   (``vllm._C`` ...): empty modules, through a meta-path finder;
+* the GPU-only packages the release requires and the environment leaves out
+  (``flashinfer``, ``humming``, ...): recording stand-in modules, as on a
+  server where they are installed (their use is listed);
 * the device: ``current_platform`` is a subclass of the release's own CUDA
   (or ROCm) platform class that answers name, capability, memory and count
   for the declared GPU; everything else of the platform is the release's;
@@ -30,6 +34,7 @@ import enum
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import inspect
 import io
 import json
@@ -69,6 +74,68 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         return None
+
+
+def _stubs() -> types.ModuleType:
+    """recon's recording stubs (``../slicing/stubs.py``, standard library only), loaded by path.
+
+    Never through ``sys.path``: the snapshot's folder comes first there. The SGLang
+    child loads the same file under the same name, so there is one recorder.
+    """
+    name = "recon_engine_stubs"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "slicing", "stubs.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class GpuPackages(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers imports of the GPU-only packages the release requires but the environment left out.
+
+    On a server these packages are installed (they are in the release's
+    ``Requires-Dist``): the release imports them at module level (0.22.0's
+    compressed-tensors imports ``humming``; SGLang ``from sgl_kernel import ...``)
+    and asks ``find_spec`` whether they are there (``has_flashinfer``), and what
+    it decides follows (backends on Blackwell, the all-reduce fusion pass).
+    Each module here is a recording stub module (``recon/slicing/stubs.py``):
+    every attribute works and its use is counted, a truth test is recorded as an
+    assumption; the finder sits last on ``sys.meta_path``, so an installed
+    package of the same name always wins.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = set(names)
+        self.factory = _stubs().StubFactory()
+        self.hits: list[str] = []
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname.partition(".")[0] not in self.names:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: Any) -> Any:
+        self.hits.append(spec.name)
+        return self.factory.module(spec.name, {}, kind="gpu-only")
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+    def touched(self) -> list[str]:
+        """The stand-ins' attributes the release used (names only)."""
+        return sorted({r["name"] for r in _stubs().RECORDER.touches.values()})
+
+    def report(self) -> dict[str, Any]:
+        """What ``replaced`` lists: the packages imported, the names used, the truth tests."""
+        return {"gpu_packages": sorted({n.partition(".")[0] for n in self.hits}),
+                "gpu_package_names_used": self.touched(),
+                "gpu_package_assumptions": [a["what"] for a in
+                                            _stubs().RECORDER.report()["assumptions"]]}
 
 
 def _exception_tail(record: logging.LogRecord) -> str | None:
@@ -924,6 +991,11 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
             update(config)
             out["block_size_stage"] = "worker: update_block_size_for_backend"
     except Exception as err:  # noqa: BLE001 - reported, the caller says it cannot answer
+        if update is not None:
+            # the release decides block sizes, KV and CUDA graphs in this phase: without it
+            # there is no answer (the block size of create_engine_config is not the engine's)
+            out["stage"] = "worker_phase"
+            raise
         out["block_size_stage"] = "create_engine_config (worker phase failed)"
         out["errors"].append({"stage": "worker_phase", "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-3000:]})
@@ -945,11 +1017,24 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
         out["kv_planned_for_cudagraphs_bytes"] = planned
     lap = time.monotonic()
     try:
-        cudagraph_phase(config, kv, out)
+        # the worker initializes the KV cache, where the runner resolves its graphs, inside
+        # the release's current-config context (``WorkerWrapperBase.initialize_from_config``);
+        # backends read it there (FlashInfer's builder: ``force_use_trtllm_attention``)
+        with _current_config(config):
+            cudagraph_phase(config, kv, out)
         out["phases"]["cudagraphs"] = round(time.monotonic() - lap, 2)
     except Exception as err:  # noqa: BLE001 - reported: sizes stay create_engine_config's
         out["errors"].append({"stage": "cudagraph_phase", "error": f"{type(err).__name__}: "
                               f"{err}", "traceback": traceback.format_exc()[-3000:]})
+
+
+def _current_config(config: Any) -> Any:
+    """The release's ``set_current_vllm_config(config)`` context, where it has one."""
+    try:
+        setter = _find(("vllm.config", "vllm.config.vllm"), "set_current_vllm_config")
+    except LookupError:
+        return contextlib.nullcontext()
+    return setter(config)
 
 
 class MissingOp:
@@ -1060,17 +1145,19 @@ def install_metadata(req: dict[str, Any]) -> None:
     sys.path.insert(1, dist)
 
 
-def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, LogRecords, Any]:
-    """Import hook, the release's metadata, log capture and the virtual platform."""
+def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecords, Any]:
+    """Import hooks, the release's metadata, log capture and the virtual platform."""
     MISSING_OPS.install()
     finder = EmptyExtensions(list(req.get("compiled", [])))
     sys.meta_path.insert(0, finder)
+    gpu_packages = GpuPackages(list(req.get("gpu_modules", [])))
+    sys.meta_path.append(gpu_packages)
     sys.path.insert(0, req["src"])
     install_metadata(req)
     handler = LOG_RECORDS
     handler.install()
     platform = virtual_platform(dict(req["gpu"]))
-    return finder, handler, platform
+    return finder, gpu_packages, handler, platform
 
 
 def write_model(req: dict[str, Any]) -> None:
@@ -1085,6 +1172,7 @@ class Prepared:
     """What a child sets up before it reads the command line (a warm server keeps it)."""
 
     finder: EmptyExtensions
+    gpu_packages: GpuPackages
     handler: LogRecords
     platform: Any
     provenance: Provenance
@@ -1092,8 +1180,9 @@ class Prepared:
 
 
 def prepared(req: dict[str, Any]) -> Prepared:
-    finder, handler, platform = prepare(req)
-    return Prepared(finder, handler, platform, Provenance(req["src"]), replace_subprocess_probes())
+    finder, gpu_packages, handler, platform = prepare(req)
+    return Prepared(finder, gpu_packages, handler, platform, Provenance(req["src"]),
+                    replace_subprocess_probes())
 
 
 def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
@@ -1120,6 +1209,9 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
             if req.get("logged_args"):
                 argv, out["trimmed_configs"] = trim_logged_configs(argv)
             args = parse_serve(argv, req.get("attention_backend"))
+            out["quantization"] = getattr(args, "quantization", None)
+            if req.get("without_quantization"):  # the parent says why (the config has none)
+                args.quantization = None
             out["phases"]["parse"] = round(time.monotonic() - imported, 2)
             config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
             out["phases"]["config"] = round(time.monotonic() - imported - out["phases"]["parse"], 2)
@@ -1134,12 +1226,14 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
     except UsageError as err:
         out["usage_error"] = {"exit_code": err.code, "message": str(err)}
     except Exception as err:  # noqa: BLE001 - the release's own error, reported whole
-        out["errors"].append({"stage": "config", "error": f"{type(err).__name__}: {err}",
+        out["errors"].append({"stage": out.pop("stage", "config"),
+                              "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-4000:]})
     # the KV lines of the main planning call (the range's calls print their own after it)
     out["logged"] = {**handler.numbers(), **out.pop("printed", {})}
     out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": warm.probes,
+                       **warm.gpu_packages.report(),
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
                        "device_count": getattr(platform, "recon_counted", []),
                        "platform": f"{type(platform).__mro__[1].__module__}."
@@ -1155,6 +1249,14 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
 
 #: what every request imports first (``parse_serve``): a warm server imports it once
 WARM_IMPORTS = ("vllm.entrypoints.cli.serve",)
+#: the modules this file imports for a request's config and worker phases, where the release
+#: has them: a warm server imports them once too (each request would import them itself)
+WORKER_IMPORTS = ("vllm.engine.arg_utils", "vllm.usage.usage_lib",
+                  "vllm.distributed.parallel_state", "vllm.model_executor.model_loader.utils",
+                  "vllm.model_executor.model_loader", "vllm.v1.worker.gpu_model_runner",
+                  "vllm.v1.worker.worker_base", "vllm.v1.core.kv_cache_utils",
+                  "vllm.v1.core.kv_cache_planning", "vllm.v1.cudagraph_dispatcher",
+                  "vllm.v1.attention.backends.utils")
 #: the environment variables that name the scratch folders the release writes caches in
 SCRATCH_VARS = {"HOME": "", "TMPDIR": "", "HF_HOME": "hf", "VLLM_CONFIG_ROOT": "vllm-config",
                 "VLLM_CACHE_ROOT": "vllm-cache"}
@@ -1198,8 +1300,9 @@ def warm_up(setup: dict[str, Any]) -> tuple[Prepared, dict[str, Any]]:
     models = []
     with contextlib.suppress(Exception):  # a request imports them itself (and says why not)
         models = _model_modules(list(setup.get("architectures") or []))
-        with warm.provenance.active():
-            for name in models:
+    with warm.provenance.active():
+        for name in (*WORKER_IMPORTS, *models):
+            with contextlib.suppress(Exception):  # absent in this release, or a request says why
                 importlib.import_module(name)
     return warm, {"ready": True, "model_modules": models,
                   "seconds": round(time.monotonic() - start, 2)}

@@ -32,11 +32,13 @@ from ..slicing.sandbox import Limits, interpreter_dirs, launch
 from ..snapshot import Snapshot
 from ..writer import write_json
 from . import server
-from .env import ReleaseEnv, release_env, wheel_metadata
+from .env import ReleaseEnv, gpu_only_modules, release_env, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
 
 CHILD = Path(__file__).with_name("child.py")
+#: the standard-library-only file the child loads by path (its bytes are part of the cache key)
+STUBS = Path(__file__).parent.parent / "slicing" / "stubs.py"
 #: the virtual machine's GPU count (the release checks world size against it)
 DEFAULT_GPU_COUNT = 8
 
@@ -130,9 +132,11 @@ def environment(snapshot: Snapshot) -> ReleaseEnv:
     return release_env(snapshot.package, snapshot.version, snapshot_metadata(snapshot))
 
 
-def _request(snapshot: Snapshot, argv: list[str], config_json: dict[str, Any], gpu: GPU,
-             gpu_count: int, usage: str, work: Path) -> dict[str, Any]:
+def _request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json: dict[str, Any],
+             gpu: GPU, gpu_count: int, usage: str, work: Path) -> dict[str, Any]:
+    not_installed = cast(dict[str, str], renv.record.get("not_installed", {}))
     return {"src": str(snapshot.src), "compiled": compiled_modules(snapshot), "argv": argv,
+            "gpu_modules": gpu_only_modules(not_installed),
             "config": config_json, "model_dir": str(work / "model"), "usage": usage,
             "gpu": {**gpu.as_json(), "count": gpu_count}, "package": snapshot.package,
             "version": snapshot.version, "metadata": snapshot_metadata(snapshot),
@@ -150,7 +154,8 @@ def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, r
     extra = request.pop("env", None)
     limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
                     scratch_mb=512, processes=512)
-    read_only = [str(snapshot.src), str(env.root), str(CHILD.parent), *interpreter_dirs()]
+    read_only = [str(snapshot.src), str(env.root), str(CHILD.parent), str(STUBS.parent),
+                 *interpreter_dirs()]
     argv = [str(env.python), "-I", "-B", str(CHILD)]
     served = _ask_server(snapshot, env, request, extra, argv, read_only, limits) \
         if server.enabled() else None
@@ -195,7 +200,8 @@ def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
                              "environ": extra or {}, "gpu": gpu,
                              "sandbox": limits.sandbox, "python": str(renv.python),
                              "architectures": architectures})
-    setup = {k: request[k] for k in ("src", "compiled", "gpu", "package", "version", "metadata")}
+    setup = {k: request[k] for k in ("src", "compiled", "gpu_modules", "gpu", "package",
+                                     "version", "metadata")}
     setup["architectures"] = architectures if isinstance(architectures, list) else []
     spec = server.ServerSpec(key=key, argv=[*argv, "--serve"], env_extra=dict(extra or {}),
                              read_only=read_only, setup=setup, memory_mb=limits.memory_mb,
@@ -266,50 +272,92 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     board = lookup_gpu(gpu or DEFAULT_GPU)
     release_environment = environment(snapshot)
     env_seconds = time.monotonic() - start
-    argv = serve_argv(flags)
     kv_bytes = None if kv_memory_gib is None else int(kv_memory_gib * (1 << 30))
     kv_range = None if kv_memory_gib is None or not kv_memory_precision_gib else \
         [int((kv_memory_gib + d) * (1 << 30)) for d in (-kv_memory_precision_gib,
                                                          kv_memory_precision_gib)]
-    extra = {**(env or {}), **({"recon:attention_backend": attention_backend}
-                               if attention_backend else {}),
-             **({"recon:logged_args": "1"} if logged_args else {})}
-    key = result_key(snapshot, release_environment, argv, config_json, board, gpu_count, usage,
-                     extra, [kv_bytes, kv_range], sandbox)
-    result = cached_result(key)
-    if result is None:
-        with progress.step(f"importing {snapshot.package} {snapshot.version} in the sandbox: its parser, "
-                           f"config classes and {board.name}'s backends decide"):
-            result = _run_request(snapshot, release_environment, argv, config_json, board,
-                                  gpu_count, usage, env, [kv_bytes, kv_range], timeout,
-                                  sandbox, attention_backend, logged_args)
-        if result.get("ok") or "usage_error" in result:  # the release's answer: the same next time
-            store_result(key, result)
-    else:
-        result["seconds"] = {**result.get("seconds", {}), "cached": True}
+    ask = _Ask(snapshot, release_environment, serve_argv(flags), config_json, board, gpu_count,
+               usage, env or {}, [kv_bytes, kv_range], timeout, sandbox,
+               {"attention_backend": attention_backend, "logged_args": logged_args})
+    result = ask.answer()
+    unbacked = _unbacked_quantization(result, config_json)
+    if unbacked:
+        again = _Ask(**{**vars(ask), "options": {**ask.options, "without_quantization": True}})
+        second = again.answer()
+        if second.get("ok"):
+            second["assumed"] = [unbacked]
+            result = second
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
                   {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
 
 
-def _run_request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str],
-                 config_json: dict[str, Any], board: GPU, gpu_count: int, usage: str,
-                 env: dict[str, str] | None, kv: list[Any], timeout: float,
-                 sandbox: bool, attention_backend: str | None,
-                 logged_args: bool = False) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="recon-engine-"))
-    os.chmod(root, 0o755)  # the sandbox may start as nobody (recon run's layout does the same)
-    try:
-        work = root / "work"
-        work.mkdir(mode=0o700)
-        request = _request(snapshot, argv, config_json, board, gpu_count, usage, work)
-        request["env"] = env
-        request["kv_memory_bytes"], request["kv_memory_range_bytes"] = kv
-        request["attention_backend"] = attention_backend
-        request["logged_args"] = logged_args
-        return run_child(renv, snapshot, request, root=root, work=work, timeout=timeout,
-                         sandbox=sandbox)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def _unbacked_quantization(result: dict[str, Any], config_json: dict[str, Any]) -> str | None:
+    """Why a failed answer is asked again without ``--quantization`` (None: it is not).
+
+    A ``--quantization`` method is built from the checkpoint's ``quantization_config``;
+    a config.json without one (a config written by hand, or the stand-in model) cannot
+    give the release what it needs. The method the release parsed is in the answer.
+    """
+    method = result.get("quantization")
+    if result.get("ok") or "usage_error" in result or not method:
+        return None
+    if "quantization_config" in config_json or "quantization_config" in (
+            config_json.get("text_config") or {}):
+        return None
+    err = _error_text((result.get("errors") or [{}])[-1])
+    return (f"--quantization {method} was left out: the config.json has no quantization_config, "
+            f"and the release needs the checkpoint's to build it ({err[:200]}); the answer is "
+            "the unquantized model's (a KV-cache scheme the checkpoint may set is not known)")
+
+
+@dataclass
+class _Ask:
+    """One engine-mode request: its cache key, a stored answer or a child's."""
+
+    snapshot: Snapshot
+    renv: ReleaseEnv
+    argv: list[str]
+    config_json: dict[str, Any]
+    board: GPU
+    gpu_count: int
+    usage: str
+    env: dict[str, str]
+    kv: list[Any]
+    timeout: float
+    sandbox: bool
+    options: dict[str, Any]
+
+    def answer(self) -> dict[str, Any]:
+        extra = {**self.env, **{f"recon:{k}": str(v) for k, v in self.options.items() if v}}
+        key = result_key(self.snapshot, self.renv, self.argv, self.config_json, self.board,
+                         self.gpu_count, self.usage, extra, self.kv, self.sandbox)
+        result = cached_result(key)
+        if result is not None:
+            result["seconds"] = {**result.get("seconds", {}), "cached": True}
+            return result
+        with progress.step(f"importing {self.snapshot.package} {self.snapshot.version} in the "
+                           f"sandbox: its parser, config classes and {self.board.name}'s "
+                           "backends decide"):
+            result = self._run()
+        if result.get("ok") or "usage_error" in result:  # the release's answer: the same next time
+            store_result(key, result)
+        return result
+
+    def _run(self) -> dict[str, Any]:
+        root = Path(tempfile.mkdtemp(prefix="recon-engine-"))
+        os.chmod(root, 0o755)  # the sandbox may start as nobody (recon run's layout does the same)
+        try:
+            work = root / "work"
+            work.mkdir(mode=0o700)
+            request = _request(self.snapshot, self.renv, self.argv, self.config_json, self.board,
+                               self.gpu_count, self.usage, work)
+            request["env"] = self.env or None
+            request["kv_memory_bytes"], request["kv_memory_range_bytes"] = self.kv
+            request.update(self.options)
+            return run_child(self.renv, self.snapshot, request, root=root, work=work,
+                             timeout=self.timeout, sandbox=self.sandbox)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def results_dir() -> Path:
@@ -339,7 +387,8 @@ def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_jso
 
 
 def _child_digest() -> str:
-    return hashlib.sha256(CHILD.read_bytes()).hexdigest()
+    """The child's code and the stubs it loads: a change invalidates answers and servers."""
+    return hashlib.sha256(CHILD.read_bytes() + STUBS.read_bytes()).hexdigest()
 
 
 def cached_result(key: str | None) -> dict[str, Any] | None:
@@ -395,6 +444,15 @@ def _error_text(err: dict[str, Any]) -> str:
     return " / ".join([lines[0] if lines else "no answer", *detail])[:800]
 
 
+def _stood_in(result: dict[str, Any]) -> str:
+    """Which stand-ins of GPU-only packages the release used before it failed (they hold no values)."""
+    used = (result.get("replaced") or {}).get("gpu_package_names_used") or []
+    if not used:
+        return ""
+    return ("; the release used GPU-only packages it requires, which are not installed here and "
+            "stand in without values: " + ", ".join(used[:12]) + (" ..." if len(used) > 12 else ""))
+
+
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
            usage: str, renv: ReleaseEnv, seconds: dict[str, float]) -> EngineFacts:
     if "usage_error" in result:
@@ -410,7 +468,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
             cause = str(errors[-1].get("exception") or "").strip().splitlines()
             if cause:
                 said += f" ({cause[-1][:300]})"
-        raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}")
+        raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}"
+                           + _stood_in(result))
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")
@@ -423,7 +482,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
                "draft_layers": ((result.get("layers") or {}).get("draft") or {}).get("layers")},
         logged=result.get("logged", {}),
         assumptions=_assumptions(board, explicit, count, usage) + _planned(result)
-        + _trimmed(result),
+        + _trimmed(result) + list(result.get("assumed") or []) + [f"a GPU-only package's stand-in answered true: {what}"
+                              for what in replaced.get("gpu_package_assumptions", [])],
         replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),
         attention_backends=result.get("attention_backends", {}),

@@ -65,17 +65,23 @@ GPU_ONLY = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "tilelang",
             "sgl-kernel", "sglang-kernel", "sgl-deep-ep", "sgl-deep-gemm", "sgl-flash-mla",
             "nvshmem4py", "torch-memory-saver")
 #: the import names of GPU-only distributions (matched by name prefix, as in GPU_ONLY), so
-#: that engine mode can stand in for them where a release imports them at module level on a
-#: CUDA machine (SGLang does: ``from sgl_kernel import ...``). NVML (``nvidia-ml-py``) is not
-#: among them: without it the release asks ``torch.cuda``, which answers for the declared GPU
+#: that engine mode can stand in for the ones a release requires: on a CUDA server they are
+#: installed, the release imports them at module level (SGLang: ``from sgl_kernel import
+#: ...``; vLLM 0.22.0's compressed-tensors: ``humming``) and decides by their presence
+#: (``has_flashinfer``). NVML (``nvidia-ml-py``) is not among them: without it the release
+#: asks ``torch.cuda``, which answers for the declared GPU
 GPU_ONLY_MODULES: dict[str, tuple[str, ...]] = {
     "sgl-kernel": ("sgl_kernel",), "sglang-kernel": ("sgl_kernel",),
     "flashinfer": ("flashinfer",), "flash-attn": ("flash_attn",),
     "sgl-deep-gemm": ("deep_gemm",), "deep-gemm": ("deep_gemm",), "sgl-deep-ep": ("deep_ep",),
     "sgl-flash-mla": ("flash_mla",), "nvidia-cutlass-dsl": ("cutlass",),
     "quack-kernels": ("quack",), "tilelang": ("tilelang",), "humming-kernels": ("humming",),
-    "cuda-python": ("cuda",), "torch-memory-saver": ("torch_memory_saver",),
-    "nvshmem4py": ("nvshmem",), "xformers": ("xformers",)}
+    "cuda-python": ("cuda",), "cuda-bindings": ("cuda",),
+    "torch-memory-saver": ("torch_memory_saver",), "nvshmem4py": ("nvshmem",),
+    "xformers": ("xformers",), "flashinfer-cubin": ("flashinfer_cubin",),
+    "tokenspeed-mla": ("tokenspeed_mla",), "fastsafetensors": ("fastsafetensors",),
+    "instanttensor": ("instanttensor",), "nvtx": ("nvtx",),
+    "nvidia-cudnn-frontend": ("cudnn",)}
 #: what the release's torch (a CUDA build on Linux) brings along and vLLM imports at module
 #: level even without a GPU (measured on 0.33.0: mamba ops build ``triton.Config`` lists);
 #: the CPU torch does not bring it, so it is added, unpinned, and listed in ``env.json``

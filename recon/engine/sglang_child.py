@@ -3,8 +3,8 @@
 This file runs inside the OS sandbox (``recon.slicing.sandbox``) as a script,
 under the release's own environment (``recon.engine.env``), with the
 snapshot's source folder first on ``sys.path``. It depends on the standard
-library and on two standard-library-only files of recon that it loads by path
-(``child.py`` beside it, ``../slicing/stubs.py``): never through ``sys.path``,
+library and on two standard-library-only files of recon, loaded by path
+(``child.py`` beside it, which loads ``../slicing/stubs.py``): never through ``sys.path``,
 because this folder also holds recon's ``sglang.py``, which would hide the
 release's package.
 
@@ -68,12 +68,9 @@ def _load(name: str, path: str) -> types.ModuleType:
 
 
 if TYPE_CHECKING:  # the same files, as the type checker finds them in the package
-    from ..slicing import stubs
     from . import child as vchild
 else:
     vchild = _load("recon_engine_child", os.path.join(HERE, "child.py"))
-    stubs = _load("recon_engine_stubs", os.path.join(os.path.dirname(HERE), "slicing",
-                                                      "stubs.py"))
 
 
 def jsonable(value: Any) -> Any:
@@ -92,39 +89,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     return vchild.jsonable(value)
-
-
-class GpuPackages(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers imports of the GPU-only packages the environment left out with stand-ins.
-
-    On the server these packages are installed and the release imports them at
-    module level (``from sgl_kernel import ...``) and asks ``find_spec`` whether
-    they are there (``is_flashinfer_available``). Each module here is a
-    recording stub module (``recon/slicing/stubs.py``): every attribute works
-    and its use is counted; the finder sits last on ``sys.meta_path``, so an
-    installed package of the same name always wins.
-    """
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = set(names)
-        self.factory = stubs.StubFactory()
-        self.hits: list[str] = []
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname.partition(".")[0] not in self.names:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-
-    def create_module(self, spec: Any) -> Any:
-        self.hits.append(spec.name)
-        return self.factory.module(spec.name, {}, kind="gpu-only")
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-    def touched(self) -> list[str]:
-        """The stand-ins' attributes the release used (names only)."""
-        return sorted({r["name"] for r in stubs.RECORDER.touches.values()})
 
 
 #: audit events refused in engine mode: the release's answer must not depend on them
@@ -591,7 +555,7 @@ def prepare(req: dict[str, Any]) -> dict[str, Any]:
     vchild.MISSING_OPS.install()
     finder = vchild.EmptyExtensions(list(req.get("compiled", [])))
     sys.meta_path.insert(0, finder)
-    gpu_packages = GpuPackages(list(req.get("gpu_modules", [])))
+    gpu_packages = vchild.GpuPackages(list(req.get("gpu_modules", [])))
     sys.meta_path.append(gpu_packages)
     sys.path.insert(0, req["src"])
     os.makedirs(req["model_dir"], exist_ok=True)
@@ -677,9 +641,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     out["log"] = [r for r in logs.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {
         "compiled_modules": sorted(set(hooks["finder"].hits)),
-        "gpu_packages": sorted({n.partition(".")[0] for n in hooks["gpu_packages"].hits}),
-        "gpu_package_names_used": hooks["gpu_packages"].touched(),
-        "gpu_package_assumptions": [a["what"] for a in stubs.RECORDER.report()["assumptions"]],
+        **hooks["gpu_packages"].report(),
         "custom_ops_called": sorted(set(vchild.MISSING_OPS.called)),
         "device": hooks["device"] + probes,
         "refused": sorted(set(hooks["guard"].refused))}

@@ -130,7 +130,10 @@ def result(recipe: str, ctx: RecipeContext, facts: EngineFacts, said: list[str],
     res.notes.append(f"engine mode: {len(facts.ran)} functions of the snapshot ran "
                      f"(--json lists them); replaced: "
                      + ", ".join(facts.replaced.get("compiled_modules", [])) + " (empty modules), "
-                     f"device queries ({facts.gpu.name})")
+                     + "".join(f"{name} " for name in facts.replaced.get("gpu_packages", []))
+                     + ("(GPU-only packages the release requires: stand-ins), "
+                        if facts.replaced.get("gpu_packages") else "")
+                     + f"device queries ({facts.gpu.name})")
     return res
 
 

@@ -531,6 +531,10 @@ def _verdict(value: Any) -> tuple[str, int | None]:
 def run_engine(ctx: RecipeContext) -> RecipeResult:
     """Engine mode: the release's config, then its model runner's resolution and dispatcher."""
     facts, said = engine_facts(ctx, assume_model=True)
+    failed = [w for w in facts.warnings if w.get("stage") in RUNNER_STAGES]
+    if failed:  # the config line's sizes are not what the runner captures: no answer
+        raise ReconError(f"{ctx.release} did not decide its CUDA graphs: the worker's "
+                         f"{failed[0].get('stage')} raised {failed[0].get('error')}"[:800])
     res = engine_result(NAME, ctx, facts, said, CAPTURE_KEYS)
     data = facts.facts
     printed, used = data.get("cudagraph_capture_sizes"), data.get("cudagraph_capture_sizes_resolved")
@@ -553,6 +557,9 @@ def _brief(sizes: Any) -> str:
         return str(items)
     return f"[{', '.join(map(str, items[:3]))}, ..., {', '.join(map(str, items[-2:]))}] ({len(items)})"
 
+
+#: the worker steps before the model runner resolves its graphs (a failure there: no answer)
+RUNNER_STAGES = ("worker_phase", "kv_phase", "cudagraph_phase")
 
 #: what this recipe shows of the release's answer (identifiers of ``--json``)
 CAPTURE_KEYS = ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_mode",
