@@ -199,6 +199,7 @@ def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
     key = server.server_key({"tree": tree, "env": renv.root.name, "child": _child_digest(),
                              "environ": extra or {}, "gpu": gpu,
                              "sandbox": limits.sandbox, "python": str(renv.python),
+                             "programs": server.VIRTUAL_PROGRAMS,
                              "architectures": architectures})
     setup = {k: request[k] for k in ("src", "compiled", "gpu_modules", "gpu", "package",
                                      "version", "metadata")}
@@ -381,7 +382,8 @@ def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_jso
         return None
     parts = {"tree": tree, "env": renv.root.name, "child": _child_digest(), "argv": argv,
              "config": config_json, "gpu": board.as_json(), "count": gpu_count, "usage": usage,
-             "environ": env or {}, "kv": kv_bytes, "sandbox": sandbox}
+             "environ": env or {}, "kv": kv_bytes, "sandbox": sandbox,
+             "programs": server.VIRTUAL_PROGRAMS}
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 

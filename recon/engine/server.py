@@ -60,11 +60,27 @@ REQUEST_CAP = 16 << 20
 _PREFIX = "recon-engine"
 
 
+#: the programs the virtual server has on its PATH: the CUDA compiler, as vLLM's images (CUDA
+#: ``devel`` bases) have it. The release asks only whether it is there (``has_flashinfer``: no
+#: FlashInfer cubin package and no ``nvcc`` means no FlashInfer); processes are never started.
+VIRTUAL_PROGRAMS = ("nvcc",)
+
+
 def child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:
-    """The sandbox's environment plus what keeps the release off the network and the home."""
+    """The sandbox's environment plus what keeps the release off the network and the home.
+
+    ``PATH`` is one folder of the child's own with :data:`VIRTUAL_PROGRAMS` in it, so what
+    the release finds there is the same on every machine, not this host's tools.
+    """
+    programs = work / "programs"
+    programs.mkdir(exist_ok=True)
+    for name in VIRTUAL_PROGRAMS:
+        path = programs / name
+        path.write_text("#!/bin/sh\n# recon engine mode: present, never run\nexit 127\n")
+        path.chmod(0o755)
     quiet = {"HF_HOME": str(work / "hf"), "VLLM_CONFIG_ROOT": str(work / "vllm-config"),
              "VLLM_CACHE_ROOT": str(work / "vllm-cache"), "VLLM_NO_USAGE_STATS": "1",
-             "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+             "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO", "PATH": str(programs)}
     return base_env(work, {**quiet, **(extra or {})})
 
 
