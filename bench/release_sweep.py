@@ -4,7 +4,7 @@
     python bench/release_sweep.py --render sweep.jsonl > docs/release-sweep.md
 
 For each release (default: the newest patch of each minor release from 0.10.2 to
-0.33.0) the three engine-backed recipes run as a user runs them: the ``recon`` CLI in
+0.33.0, and 0.22.0 which the public-log cases use) the three engine-backed recipes run as a user runs them: the ``recon`` CLI in
 a subprocess, ``--snapshot pip:vllm==V``, the Qwen3-Next 80B example config, ``vllm
 serve`` with TP 2, the default H100. Each row records the exit code, the numbers
 (``--json``) or recon's one-line reason, and the wall time. The first recipe of a
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 RELEASES = ("0.10.2", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
-            "0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1",
+            "0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.22.0", "0.23.0", "0.24.0", "0.25.1",
             "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 CONFIG = "example:qwen3-next-80b-a3b-instruct"
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 2"
@@ -60,6 +61,11 @@ def run_one(release: str, recipe: str, extra: list[str], keys: tuple[str, ...]) 
     return row
 
 
+#: the sweep stops before a release when less disk than this is free (each one keeps an
+#: environment of about 1 GB and its wheel in recon's cache)
+MIN_FREE_BYTES = 12 << 30
+
+
 def sweep(releases: list[str], out: Path) -> None:
     done = set()
     if out.is_file():
@@ -67,6 +73,9 @@ def sweep(releases: list[str], out: Path) -> None:
             row = json.loads(line)
             done.add((row["release"], row["recipe"]))
     for release in releases:
+        if shutil.disk_usage(Path.home()).free < MIN_FREE_BYTES:
+            print(f"stopped before {release}: less than 12 GiB of disk free", file=sys.stderr)
+            return
         for recipe, extra, keys in RECIPES:
             if (release, recipe) in done:
                 continue
