@@ -293,6 +293,44 @@ def _gpu_methods(gpu: dict[str, Any], capability: Callable[..., Any]) -> dict[st
     return {f.__name__: classmethod(f) for f in funcs}
 
 
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` answers for the declared GPU.
+
+    Only what recon's GPU table states; any other property is an error naming
+    it, so a release decision that needs more is visible instead of guessed.
+    """
+
+    def __init__(self, gpu: dict[str, Any]) -> None:
+        self.name = str(gpu["name"])
+        self.major, self.minor = int(gpu["major"]), int(gpu["minor"])
+        self.total_memory = int(gpu["memory_bytes"])
+        self.is_integrated = not gpu.get("memory_query", True)
+        self.uuid = "GPU-recon-virtual"
+
+    def __getattr__(self, item: str) -> Any:
+        raise AttributeError(f"recon engine mode: the declared GPU's {item!r} is not known "
+                             "(recon/engine/gpus.py)")
+
+
+def torch_cuda_queries(gpu: dict[str, Any]) -> list[str]:
+    """``torch.cuda``'s device queries answer for the declared GPU (the names replaced).
+
+    Some releases ask torch directly, not the platform (0.13.0's FlashAttention
+    version check calls ``torch.cuda.get_device_capability`` while the layers are
+    built). Availability and the device count stay this machine's (no CUDA, 0),
+    so nothing looks for a driver; the platform answers those for the release.
+    """
+    import torch  # the installed CPU torch
+
+    props = DeviceProperties(gpu)
+    answers = {"get_device_capability": lambda device=None: (props.major, props.minor),
+               "get_device_name": lambda device=None: props.name,
+               "get_device_properties": lambda device=None: props}
+    for name, fn in answers.items():
+        setattr(torch.cuda, name, fn)
+    return [f"torch.cuda.{name}" for name in answers]
+
+
 def virtual_platform(gpu: dict[str, Any]) -> Any:
     """An instance of a subclass of the release's own platform class for ``gpu``."""
     interface = importlib.import_module("vllm.platforms.interface")
@@ -1157,6 +1195,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     handler = LOG_RECORDS
     handler.install()
     platform = virtual_platform(dict(req["gpu"]))
+    platform.recon_torch_queries = torch_cuda_queries(dict(req["gpu"]))
     return finder, gpu_packages, handler, platform
 
 
@@ -1236,6 +1275,7 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
                        **warm.gpu_packages.report(),
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
                        "device_count": getattr(platform, "recon_counted", []),
+                       "torch_device_queries": getattr(platform, "recon_torch_queries", []),
                        "platform": f"{type(platform).__mro__[1].__module__}."
                                    f"{type(platform).__mro__[1].__name__} (device queries)"}
     decided = time.monotonic()

@@ -200,7 +200,11 @@ def _install(python: Path, specs: list[str], wheelhouse: Path, log: Path) -> Non
             str(wheelhouse), "--only-binary", ":all:"]
     if _pip([*base, *specs], log).returncode == 0:
         return
-    _pip(["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse), *specs], log)
+    download = ["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse)]
+    if _pip([*download, *specs], log).returncode != 0:
+        # pip downloads nothing when one spec has no wheel: one by one, so the rest arrive
+        for spec in specs:
+            _pip([*download, spec], log)
     if _pip([*base, *specs], log).returncode != 0:
         for spec in specs:  # one by one, so a single unavailable wheel does not block the rest
             _pip([*base, spec], log)

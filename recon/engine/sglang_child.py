@@ -122,25 +122,6 @@ class NoProcesses:
         sys.addaudithook(self.hook)
 
 
-class DeviceProperties:
-    """What ``torch.cuda.get_device_properties`` answers for the declared GPU.
-
-    Only what recon's GPU table states; any other property is an error naming
-    it, so a release decision that needs more is visible instead of guessed.
-    """
-
-    def __init__(self, gpu: dict[str, Any]) -> None:
-        self.name = str(gpu["name"])
-        self.major, self.minor = int(gpu["major"]), int(gpu["minor"])
-        self.total_memory = int(gpu["memory_bytes"])
-        self.is_integrated = not gpu.get("memory_query", True)
-        self.uuid = "GPU-recon-virtual"
-
-    def __getattr__(self, item: str) -> Any:
-        raise AttributeError(f"recon engine mode: the declared GPU's {item!r} is not known "
-                             "(recon/engine/gpus.py)")
-
-
 def virtual_cuda(gpu: dict[str, Any], cuda_version: str) -> list[str]:
     """``torch.cuda``'s device queries answer for the declared GPU (the names replaced).
 
@@ -151,7 +132,7 @@ def virtual_cuda(gpu: dict[str, Any], cuda_version: str) -> list[str]:
     """
     import torch  # the installed CPU torch
 
-    props = DeviceProperties(gpu)
+    props = vchild.DeviceProperties(gpu)
     count = int(gpu["count"])
     total = int(gpu["memory_bytes"])
     answers = {
