@@ -82,6 +82,22 @@ def test_gpu_only_modules_name_what_vllm_requires() -> None:
     assert gpu_only_modules(required) == ["cuda", "flashinfer", "flashinfer_cubin", "humming"]
 
 
+def test_torch_device_queries_answer_the_declared_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    for name in ("get_device_capability", "get_device_name", "get_device_properties"):
+        monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))  # restored afterwards
+    board = {**gpu("l40s").as_json(), "count": 2}
+    replaced = child.torch_cuda_queries(board)
+    assert torch.cuda.get_device_capability(0) == (8, 9)
+    assert torch.cuda.get_device_name() == gpu("l40s").name
+    assert torch.cuda.get_device_properties(0).total_memory == gpu("l40s").memory_bytes
+    with pytest.raises(AttributeError, match="multi_processor_count"):  # not in recon's table
+        _ = torch.cuda.get_device_properties(0).multi_processor_count
+    assert "torch.cuda.get_device_capability" in replaced
+    assert torch.cuda.device_count() == 0  # availability stays this machine's
+
+
 def test_quantization_is_left_out_only_where_the_config_cannot_back_it() -> None:
     from recon.engine.config import _unbacked_quantization
 
