@@ -39,6 +39,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...engine.config import EngineFailed
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
@@ -487,7 +488,7 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
     facts, said = engine_facts(ctx)
     res = engine_result(NAME, ctx, facts, said, KV_KEYS)
     if facts.facts.get("kv_cache_tokens") is None:
-        raise ReconError(f"{ctx.release} gave no KV capacity for this command: "
+        raise EngineFailed(f"{ctx.release} gave no KV capacity for this command: "
                          + "; ".join(str(w.get("error")) for w in facts.warnings)[:600])
     return res
 

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...engine.config import EngineFailed
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
@@ -533,7 +534,7 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
     facts, said = engine_facts(ctx, assume_model=True)
     failed = [w for w in facts.warnings if w.get("stage") in RUNNER_STAGES]
     if failed:  # the config line's sizes are not what the runner captures: no answer
-        raise ReconError(f"{ctx.release} did not decide its CUDA graphs: the worker's "
+        raise EngineFailed(f"{ctx.release} did not decide its CUDA graphs: the worker's "
                          f"{failed[0].get('stage')} raised {failed[0].get('error')}"[:800])
     res = engine_result(NAME, ctx, facts, said, CAPTURE_KEYS)
     data = facts.facts
