@@ -292,6 +292,21 @@ def test_033_argparse_forms_are_the_engines(qwen3_next_033: Callable[[str], Engi
         in facts.assumptions
 
 
+def test_033_on_b200_flashinfer_is_picked_and_without_its_values_there_is_no_answer(
+        vllm_latest: Snapshot) -> None:
+    """On sm100 the release's backend priority puts FlashInfer first (its package is a
+    requirement, so it is there on a server). Building FlashInfer's attention sizes a buffer
+    with a value from the flashinfer package, which only stands in here: no block size, not
+    create_engine_config's 16 with exit 0."""
+    from recon.engine.config import EngineFailed
+
+    with pytest.raises(EngineFailed, match="stand in without values: .*flashinfer") as err:
+        engine_config(vllm_latest, "vllm serve M -tp 2",
+                      _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json"), gpu="b200")
+    assert err.value.exit_code == 7
+    assert "v1/attention/backends/flashinfer.py" in str(err.value)
+
+
 def test_033_unknown_flag_is_the_releases_error(vllm_latest: Snapshot) -> None:
     with pytest.raises(EngineUsageError, match="unrecognized arguments: --no-such-flag") as err:
         engine_config(vllm_latest, "vllm serve M --no-such-flag 3",
