@@ -24,6 +24,13 @@ VLLM_LATEST = "0.33.0"
 SGLANG_LATEST = "0.5.23"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite asks engine mode about four releases, several boards and model shapes, one
+    warm server each; with the user default of 3 they would evict each other and start
+    again (about 35 s a start). Six idle servers hold about 6 GB."""
+    os.environ.setdefault("RECON_ENGINE_SERVERS", "6")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Warm engine servers the tests started do not outlive the test run."""
     from recon.engine import server
