@@ -19,6 +19,11 @@ from typer.core import TyperGroup
 from .output import console, emit_json, err_console, human_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.progress import Progress
+
+    from ..errors import PackageNotFound
     from ..snapshot import Snapshot
     from ..sources.base import Layer
 
@@ -214,8 +219,6 @@ def snapshot_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
     from ..errors import PackageNotFound
     from ..layers import CaptureLimits
     from ..snapshotter import take_snapshot
@@ -228,6 +231,33 @@ def snapshot_cmd(
     limits = CaptureLimits(_parse_size(max_file_size, "--max-file-size"),
                            _parse_size(max_total_size, "--max-total-size"),
                            _parse_size(max_layer_size, "--max-layer-size"), max_ratio=max_ratio)
+    progress, on_layer = _layer_progress(as_json, quiet)
+
+    def take(pkg: str | None) -> Snapshot:
+        with progress:
+            return take_snapshot(source, name=snap_name, out=out, package=pkg, python=python,
+                                 include=include, all_files=all_files, platform=platform,
+                                 limits=limits, force=force, progress=on_layer, docker_read=docker_read)
+
+    try:
+        snap = take(package)
+    except PackageNotFound as err:
+        choice = _ask_package(err, as_json, quiet)
+        if choice is None:
+            raise
+        snap = take(choice)
+    _note_other_copies(snap, quiet)
+    if as_json:
+        emit_json(summary(snap))
+    elif not quiet:
+        _show(snap, False)
+        console.print(f"[green]snapshot written:[/] {snap.root}")
+
+
+def _layer_progress(as_json: bool, quiet: bool) -> tuple[Progress, Callable[[Layer, str], None]]:
+    """Download bars (one per layer, on a terminal) and the callback that drives them."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     show_progress = not (as_json or quiet) and err_console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=err_console, transient=True,
@@ -240,28 +270,26 @@ def snapshot_cmd(
             tasks[layer.index] = progress.add_task(label, total=layer.size or None)
         progress.update(tasks[layer.index], completed=layer.bytes_read if event != "done" else layer.size or layer.bytes_read)
 
-    def take(pkg: str | None) -> Snapshot:
-        with progress:
-            return take_snapshot(source, name=snap_name, out=out, package=pkg, python=python,
-                                 include=include, all_files=all_files, platform=platform,
-                                 limits=limits, force=force, progress=on_layer, docker_read=docker_read)
+    return progress, on_layer
 
-    try:
-        snap = take(package)
-    except PackageNotFound as err:
-        # On a terminal, ask which of the packages found to take (then read the image again);
-        # anywhere else the error, which lists them, is the answer.
-        if not (err.candidates and sys.stdin.isatty() and err_console.is_terminal and not (as_json or quiet)):
-            raise
-        err_console.print(escape(str(err)))
-        for _attempt in range(3):
-            choice = typer.prompt("package to snapshot", err=True).strip()
-            if choice in err.candidates:
-                break
-            err_console.print(f"{escape(repr(choice))} is not one of the packages found")
-        else:
-            raise
-        snap = take(choice)
+
+def _ask_package(err: PackageNotFound, as_json: bool, quiet: bool) -> str | None:
+    """Which found package to take, asked on a terminal; None where the error is the answer."""
+    # On a terminal, ask which of the packages found to take (then read the image again);
+    # anywhere else the error, which lists them, is the answer.
+    if not (err.candidates and sys.stdin.isatty() and err_console.is_terminal and not (as_json or quiet)):
+        return None
+    err_console.print(escape(str(err)))
+    for _attempt in range(3):
+        choice = typer.prompt("package to snapshot", err=True).strip()
+        if choice in err.candidates:
+            return choice
+        err_console.print(f"{escape(repr(choice))} is not one of the packages found")
+    return None
+
+
+def _note_other_copies(snap: Snapshot, quiet: bool) -> None:
+    """Say which copy was taken when the image holds more than one (--python picks another)."""
     pkg, py = snap.manifest["package"], snap.manifest.get("python") or {}
     if pkg.get("other_copies") and not quiet:  # say so: the image holds more than one copy
         by = f"the one {py['executable']} imports" if py.get("executable") else "by search order"
@@ -269,11 +297,6 @@ def snapshot_cmd(
         err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {pkg['name']} in the image "
                           f"({escape(', '.join(pkg['other_copies']))}); took {escape(pkg['real_path'])}, "
                           f"{escape(by)}; --python picks another interpreter")
-    if as_json:
-        emit_json(summary(snap))
-    elif not quiet:
-        _show(snap, False)
-        console.print(f"[green]snapshot written:[/] {snap.root}")
 
 
 def register(app: typer.Typer) -> None:

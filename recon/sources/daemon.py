@@ -279,18 +279,8 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
     if read not in READS:
         raise ReconError(f"unknown engine read {read!r}: one of {', '.join(READS)}")
     client = _client()
-    import docker.errors
-
-    try:
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound as err:
-        raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
-    except docker.errors.APIError as err:
-        raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
-    left = sweep_survivors(client)
-    if left:
-        print(f"recon: warning: removed {len(left)} container(s) a stopped recon left in the "
-              f"engine: {', '.join(sorted(left))}", file=sys.stderr, flush=True)
+    image = _inspect(client, ref)
+    _sweep_and_warn(client)
     if read == "layers":
         return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
@@ -314,17 +304,7 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                                              entrypoint=[], network_disabled=True,
                                              labels={CONTAINER_LABEL: ref,
                                                      OWNER_LABEL: owner_id()})
-        existing = [r for r in candidate_roots(config, python) if _stat(client, container.id, "/" + r) is not None]
-        found = [f"{r}/{p}" for r in existing for p in packages
-                 if _stat(client, container.id, f"/{r}/{p}") is not None]
-        package_only = read == "package" and bool(found)
-        if package_only:
-            roots = found
-        else:
-            roots = [r for r in existing if not packages or any(f.startswith(r + "/") for f in found)]
-        # No folder holds the package by name: it may be installed editable (a .pth file or an
-        # editable finder pointing elsewhere), so every site folder is read to find out.
-        roots = roots or existing
+        roots, package_only = _roots_to_read(client, container.id, config, python, packages, read)
         stubs, cfgs = _interpreters(client, container.id, config, python)
     except BaseException:
         remove()
@@ -338,6 +318,42 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                         "read": "package folders only" if package_only else "site folders",
                         "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
                  closer=remove)
+
+
+def _inspect(client: Any, ref: str) -> Any:
+    """The engine's image object for ``ref``, its refusals worded as recon errors."""
+    import docker.errors
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound as err:
+        raise ReconError(f"image {ref!r} not found in the Docker engine (docker pull/load it first)") from err
+    except docker.errors.APIError as err:
+        raise ReconError(f"the Docker engine refused to inspect {ref!r}: {err.explanation}") from err
+
+
+def _sweep_and_warn(client: Any) -> None:
+    """Remove what killed recon processes left in the engine, and say so on stderr."""
+    left = sweep_survivors(client)
+    if left:
+        print(f"recon: warning: removed {len(left)} container(s) a stopped recon left in the "
+              f"engine: {', '.join(sorted(left))}", file=sys.stderr, flush=True)
+
+
+def _roots_to_read(client: Any, cid: str, config: ImageConfig, python: str | None,
+                   packages: list[str], read: str) -> tuple[list[str], bool]:
+    """The folders to read through the archive API, and whether they are only package folders."""
+    existing = [r for r in candidate_roots(config, python) if _stat(client, cid, "/" + r) is not None]
+    found = [f"{r}/{p}" for r in existing for p in packages
+             if _stat(client, cid, f"/{r}/{p}") is not None]
+    package_only = read == "package" and bool(found)
+    if package_only:
+        roots = found
+    else:
+        roots = [r for r in existing if not packages or any(f.startswith(r + "/") for f in found)]
+    # No folder holds the package by name: it may be installed editable (a .pth file or an
+    # editable finder pointing elsewhere), so every site folder is read to find out.
+    return roots or existing, package_only
 
 
 def _open_saved(client: Any, image: Any, ref: str, platform: str | None,

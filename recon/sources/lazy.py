@@ -232,16 +232,7 @@ def _toc_entries(raw: list[dict[str, Any]], *, default_end: int, where: str,
             raise ReconError("malformed TOC entry", where=where)
         kind_name = rec.get("type")
         if kind_name == "chunk":
-            if last_file is None or _clean(str(rec.get("name", ""))) != last_file.name:
-                raise ReconError("TOC chunk without its file", where=where)
-            # "zeros" only hints that the chunk is a run of zero bytes: its compressed bytes are
-            # still in the blob (a plain reader needs them), and the file digest checks the result
-            if rec.get("chunkType") not in (None, "", "data", "zeros"):
-                raise _Unsupported(f"chunk type {rec.get('chunkType')!r}")
-            if rec.get("offset") and not pinned_end:
-                last_file.end = max(last_file.end, next_start(int(rec["offset"])))
-            if last_file.end > default_end:
-                raise ReconError(f"file {last_file.name!r} has a chunk out of the layer", where=where)
+            _merge_chunk(rec, last_file, pinned_end, next_start, default_end, where)
             continue
         kind = _KINDS.get(str(kind_name))
         if kind is None:
@@ -259,25 +250,48 @@ def _toc_entries(raw: list[dict[str, Any]], *, default_end: int, where: str,
                 entry.linkname = _clean(entry.linkname)
         if kind == FILE:
             entry.size = max(entry.size, 0)
-            if entry.size:
-                digest = rec.get("digest")
-                if not digest:
-                    raise _Unsupported(f"file {name!r} has no digest in the TOC")
-                entry.digest = check_digest(str(digest), where=where)
-                start = int(rec.get("offset") or 0)
-                if start <= 0:
-                    raise ReconError(f"file {name!r} has no payload offset in the TOC", where=where)
-                entry.start = start
-                end = rec.get("endOffset")
-                pinned_end = bool(end) and not gzip_ranges
-                entry.end = int(end) if pinned_end else next_start(start)  # type: ignore[arg-type]
-                if not 0 < entry.start < entry.end <= default_end:
-                    raise ReconError(f"file {name!r} has a payload range out of the layer", where=where)
+            if entry.size:  # an empty file leaves pinned_end as the previous file set it
+                pinned_end = _payload_range(entry, rec, next_start, default_end, where, gzip_ranges)
             last_file = entry
         else:
             last_file = None
         out.append(entry)
     return out
+
+
+def _merge_chunk(rec: dict[str, Any], last_file: TocEntry | None, pinned_end: bool,
+                 next_start: Callable[[int], int], default_end: int, where: str) -> None:
+    """Widen the file just listed over one of its chunks (a TOC splits large files in chunks)."""
+    if last_file is None or _clean(str(rec.get("name", ""))) != last_file.name:
+        raise ReconError("TOC chunk without its file", where=where)
+    # "zeros" only hints that the chunk is a run of zero bytes: its compressed bytes are
+    # still in the blob (a plain reader needs them), and the file digest checks the result
+    if rec.get("chunkType") not in (None, "", "data", "zeros"):
+        raise _Unsupported(f"chunk type {rec.get('chunkType')!r}")
+    if rec.get("offset") and not pinned_end:
+        last_file.end = max(last_file.end, next_start(int(rec["offset"])))
+    if last_file.end > default_end:
+        raise ReconError(f"file {last_file.name!r} has a chunk out of the layer", where=where)
+
+
+def _payload_range(entry: TocEntry, rec: dict[str, Any], next_start: Callable[[int], int],
+                   default_end: int, where: str, gzip_ranges: bool) -> bool:
+    """Set a non-empty file's digest and compressed range; True when its record gave the end."""
+    name = entry.name
+    digest = rec.get("digest")
+    if not digest:
+        raise _Unsupported(f"file {name!r} has no digest in the TOC")
+    entry.digest = check_digest(str(digest), where=where)
+    start = int(rec.get("offset") or 0)
+    if start <= 0:
+        raise ReconError(f"file {name!r} has no payload offset in the TOC", where=where)
+    entry.start = start
+    end = rec.get("endOffset")
+    pinned_end = bool(end) and not gzip_ranges
+    entry.end = int(end) if pinned_end else next_start(start)  # type: ignore[arg-type]
+    if not 0 < entry.start < entry.end <= default_end:
+        raise ReconError(f"file {name!r} has a payload range out of the layer", where=where)
+    return pinned_end
 
 
 class _Unsupported(Exception):

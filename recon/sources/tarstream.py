@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from typing import IO
 
@@ -43,6 +44,7 @@ NAME_MAX = 255  # ... or a longer component
 _KINDS = {b"0": FILE, b"\0": FILE, b"7": FILE, b"1": HARDLINK, b"2": SYMLINK, b"5": DIR,
           b"3": OTHER, b"4": OTHER, b"6": OTHER}
 _SPECIAL = (b"L", b"K", b"x", b"X", b"g")  # GNU long name/link, PAX (and Solaris X), global PAX
+_SPECIAL_KINDS = {b"L": "GNU long name", b"K": "GNU long link"}  # the rest are PAX
 _POSIX_MAGIC = b"ustar\x0000"
 _STAR_TRAILER = b"tar\0"
 
@@ -108,6 +110,188 @@ def _sparse(name: str, where: str) -> IO[bytes]:
                      where=where)
 
 
+class _TarStream:
+    """The stream a tar walk reads and its byte offset, shared by every stage of the walk."""
+
+    def __init__(self, raw: IO[bytes], *, where: str, seekable: bool, noun: str,
+                 max_size: int | None, cap_hint: str | None) -> None:
+        self.raw = raw
+        self.read = raw.read
+        self.scratch = memoryview(bytearray(1 << 20))
+        # ReadAhead drops whole blocks without copying them
+        self.fast_skip: Callable[[int], int] | None = getattr(raw, "skip", None)
+        self.where = where
+        self.seekable = seekable
+        self.noun = noun
+        self.max_size = max_size
+        self.cap_hint = cap_hint
+        self.pos = 0  # bytes consumed from the stream
+
+    def header(self) -> bytes | None:
+        """The next header block, checksum verified; None where the archive ends."""
+        buf = self.read(BLOCK)
+        if len(buf) < BLOCK:
+            if not buf:
+                return None  # no end-of-archive blocks: tolerated, as tarfile and Go do
+            raise ReconError(f"{self.noun} ends inside a tar header at offset {self.pos} "
+                             "(truncated)", where=self.where)
+        if buf == _ZERO:
+            return None
+        if not _checksum_ok(buf):
+            raise ReconError(f"bad tar header checksum at offset {self.pos} (not a tar layer, "
+                             "or truncated or corrupt)", where=self.where)
+        self.pos += BLOCK
+        return buf
+
+    def skip(self, n: int, name: str) -> None:
+        """Drop ``n`` bytes of member data or padding, refusing a stream that ends first."""
+        if n <= 0:
+            return
+        if self.seekable:
+            # Seeking past the end is not an error for files; reading the last byte is
+            # (a truncated layer must not pass for a complete one). The next header read
+            # is then served from the same buffer refill.
+            self.raw.seek(n - 1, io.SEEK_CUR)
+            if not self.read(1):
+                raise ReconError(f"{self.noun} ends inside {name!r} (truncated)", where=self.where)
+            self.pos += n
+            return
+        if self.fast_skip is not None:
+            if self.fast_skip(n) != n:
+                raise ReconError(f"{self.noun} ends inside {name!r} (truncated)", where=self.where)
+            self.pos += n
+            return
+        readinto = self.raw.readinto  # type: ignore[attr-defined]
+        left = n
+        while left:
+            got = readinto(self.scratch[: min(left, len(self.scratch))])
+            if not got:
+                raise ReconError(f"{self.noun} ends inside {name!r} (truncated)", where=self.where)
+            left -= got
+        self.pos += n
+
+    def special(self, size: int, kind: str) -> bytes:
+        """A long-name or PAX header's data, capped before it is read (hostile sizes)."""
+        most = _SPECIAL_MAX if kind == "PAX" else _LONG_MAX
+        if size > most:
+            raise UnsafeArchiveError(f"{kind} header of {size} bytes at offset {self.pos} "
+                                     f"(over the {most}-byte cap)", where=self.where)
+        data = self.read(size)
+        if len(data) < size:
+            raise ReconError(f"{self.noun} ends inside a {kind} header (truncated)",
+                             where=self.where)
+        self.pos += size
+        self.skip(-size % BLOCK, kind)
+        return data
+
+    def sparse_extensions(self) -> None:
+        """Step over an old GNU sparse header's extension blocks (the member never opens)."""
+        while True:
+            ext = self.read(BLOCK)
+            if len(ext) < BLOCK:
+                raise ReconError(f"{self.noun} ends inside a sparse header (truncated)",
+                                 where=self.where)
+            self.pos += BLOCK
+            if not ext[504]:
+                break
+
+    def check_cap(self, padded: int, name: str) -> None:
+        """Refuse a member whose data takes the tar past ``max_size``, before any of it is read."""
+        if self.max_size is not None and self.pos + padded > self.max_size:
+            raise UnsafeArchiveError(
+                f"{self.noun} expands to " + (self.cap_hint or f"more than {self.max_size} bytes "
+                                              "(decompression bomb? raise the cap with "
+                                              "--max-layer-size)")
+                + f" at {name[:200]!r}", where=self.where)
+
+    def finish_file(self, size: int, padded: int, data: Bounded | None, name: str) -> None:
+        """Count what the consumer read of a member's data, then skip the rest and the padding."""
+        consumed = size - data.left if data is not None else 0
+        self.pos += consumed
+        self.skip(padded - consumed, name)
+
+
+@dataclass
+class _Pending:
+    """Extended headers (GNU long name/link, PAX) waiting for the member header they describe."""
+
+    long_name: str | None = None
+    long_link: str | None = None
+    pax: dict[str, str] = field(default_factory=dict)
+    pax_bytes: int = 0
+
+    def add(self, flag: bytes, data: bytes, pos: int, where: str) -> None:
+        """Keep one extended header for the next member (global PAX is dropped)."""
+        if flag == b"L":
+            self.long_name = _text(data)
+        elif flag == b"K":
+            self.long_link = _text(data)
+        elif flag != b"g":  # global PAX headers are ignored, as the engine does
+            self.pax.update(_pax_records(data, where))
+            self.pax_bytes += len(data)
+            if self.pax_bytes > _SPECIAL_MAX:  # many PAX headers in a row, one member
+                raise UnsafeArchiveError(f"PAX headers of more than {_SPECIAL_MAX} bytes for "
+                                         f"one member at offset {pos}", where=where)
+
+    def member(self, buf: bytes, flag: bytes, size: int,
+               where: str) -> tuple[str, str, int, bool]:
+        """A member header's name, link target, size and sparseness, extended headers used up."""
+        magic = buf[257:265]
+        name = _text(buf[:100])
+        if magic == _POSIX_MAGIC:
+            head = buf[345:476] if buf[508:512] == _STAR_TRAILER else buf[345:500]
+            if head[0]:
+                name = f"{_text(head)}/{name}"
+        if self.long_name is not None:
+            name, self.long_name = self.long_name, None
+        linkname = _text(buf[157:257])
+        if self.long_link is not None:
+            linkname, self.long_link = self.long_link, None
+        sparse = flag == b"S"
+        if self.pax:
+            name, linkname, size, sparse = _apply_pax(self.pax, name, linkname, size, sparse, where)
+            self.pax = {}
+        self.pax_bytes = 0
+        return name, linkname, size, sparse
+
+
+def _apply_pax(pax: dict[str, str], name: str, linkname: str, size: int, sparse: bool,
+               where: str) -> tuple[str, str, int, bool]:
+    """PAX records override the header's name, link target and size (and may mark it sparse)."""
+    name = pax.get("path", name)
+    linkname = pax.get("linkpath", linkname)
+    if "size" in pax:
+        try:
+            size = int(pax["size"])
+        except ValueError:
+            size = -1
+        if size < 0:
+            raise ReconError(f"bad PAX size record {pax['size']!r}", where=where)
+    if "GNU.sparse.name" in pax:
+        name, sparse = pax["GNU.sparse.name"], True
+    return name, linkname, size, sparse
+
+
+def _kind(flag: bytes, name: str, sparse: bool) -> str:
+    """The entry kind a header's type flag stands for (sparse members are files)."""
+    kind = FILE if sparse else _KINDS.get(flag, FILE)
+    if kind == FILE and not flag[0] and name.endswith("/"):
+        kind = DIR  # old V7 tars mark directories with a trailing slash
+    return kind
+
+
+def _dataless_entry(kind: str, name: str, linkname: str, mode: int, strip: str,
+                    prefix: str) -> Entry:
+    """A directory, link or device: no data to hand out, a hard link's target renamed too."""
+    if kind == DIR:
+        return Entry(name, DIR, 0, None, mode)
+    if kind == SYMLINK:
+        return Entry(name, SYMLINK, 0, linkname, mode)
+    if kind == HARDLINK:
+        return Entry(name, HARDLINK, 0, member_name(linkname, strip, prefix), mode)
+    return Entry(name, OTHER, 0, None, mode)
+
+
 def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", prefix: str = "",
                 max_size: int | None = None, cap_hint: str | None = None, noun: str = "layer",
                 on_offset: Callable[[int], None] | None = None) -> Iterator[Entry]:
@@ -121,154 +305,45 @@ def tar_members(raw: IO[bytes], *, where: str, seekable: bool, strip: str = "", 
     words the error past ``max_size``; ``noun`` names the tar in errors
     ("layer", "archive").
     """
-    read = raw.read
-    scratch = memoryview(bytearray(1 << 20))
-    fast_skip: Callable[[int], int] | None = getattr(raw, "skip", None)  # ReadAhead drops blocks
-    pos = 0  # bytes consumed from the stream
-
-    def skip(n: int, name: str) -> None:
-        nonlocal pos
-        if n <= 0:
-            return
-        if seekable:
-            # Seeking past the end is not an error for files; reading the last byte is
-            # (a truncated layer must not pass for a complete one). The next header read
-            # is then served from the same buffer refill.
-            raw.seek(n - 1, io.SEEK_CUR)
-            if not read(1):
-                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
-            pos += n
-            return
-        if fast_skip is not None:
-            if fast_skip(n) != n:
-                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
-            pos += n
-            return
-        readinto = raw.readinto  # type: ignore[attr-defined]
-        left = n
-        while left:
-            got = readinto(scratch[: min(left, len(scratch))])
-            if not got:
-                raise ReconError(f"{noun} ends inside {name!r} (truncated)", where=where)
-            left -= got
-        pos += n
-
-    def special(size: int, kind: str) -> bytes:
-        nonlocal pos
-        most = _SPECIAL_MAX if kind == "PAX" else _LONG_MAX
-        if size > most:
-            raise UnsafeArchiveError(f"{kind} header of {size} bytes at offset {pos} (over the "
-                                     f"{most}-byte cap)", where=where)
-        data = read(size)
-        if len(data) < size:
-            raise ReconError(f"{noun} ends inside a {kind} header (truncated)", where=where)
-        pos += size
-        skip(-size % BLOCK, kind)
-        return data
-
-    long_name: str | None = None
-    long_link: str | None = None
-    pax: dict[str, str] = {}
-    pax_bytes = 0
+    stream = _TarStream(raw, where=where, seekable=seekable, noun=noun, max_size=max_size,
+                        cap_hint=cap_hint)
+    pending = _Pending()
     try:
         while True:
-            buf = read(BLOCK)
-            if len(buf) < BLOCK:
-                if not buf:
-                    return  # no end-of-archive blocks: tolerated, as tarfile and Go do
-                raise ReconError(f"{noun} ends inside a tar header at offset {pos} (truncated)",
-                                 where=where)
-            if buf == _ZERO:
+            buf = stream.header()
+            if buf is None:
                 return
-            if not _checksum_ok(buf):
-                raise ReconError(f"bad tar header checksum at offset {pos} (not a tar layer, "
-                                 "or truncated or corrupt)", where=where)
-            pos += BLOCK
             flag = buf[156:157]
             size = _number(buf[124:136], "size", where)
             if flag in _SPECIAL:
-                data = special(size, {b"L": "GNU long name", b"K": "GNU long link"}.get(flag, "PAX"))
-                if flag == b"L":
-                    long_name = _text(data)
-                elif flag == b"K":
-                    long_link = _text(data)
-                elif flag != b"g":  # global PAX headers are ignored, as the engine does
-                    pax.update(_pax_records(data, where))
-                    pax_bytes += len(data)
-                    if pax_bytes > _SPECIAL_MAX:  # many PAX headers in a row, one member
-                        raise UnsafeArchiveError(f"PAX headers of more than {_SPECIAL_MAX} bytes for "
-                                                 f"one member at offset {pos}", where=where)
+                data = stream.special(size, _SPECIAL_KINDS.get(flag, "PAX"))
+                pending.add(flag, data, stream.pos, where)
                 continue
-            magic = buf[257:265]
-            name = _text(buf[:100])
-            if magic == _POSIX_MAGIC:
-                head = buf[345:476] if buf[508:512] == _STAR_TRAILER else buf[345:500]
-                if head[0]:
-                    name = f"{_text(head)}/{name}"
-            if long_name is not None:
-                name, long_name = long_name, None
-            linkname = _text(buf[157:257])
-            if long_link is not None:
-                linkname, long_link = long_link, None
-            sparse = flag == b"S"
-            if pax:
-                name = pax.get("path", name)
-                linkname = pax.get("linkpath", linkname)
-                if "size" in pax:
-                    try:
-                        size = int(pax["size"])
-                    except ValueError:
-                        size = -1
-                    if size < 0:
-                        raise ReconError(f"bad PAX size record {pax['size']!r}", where=where)
-                if "GNU.sparse.name" in pax:
-                    name, sparse = pax["GNU.sparse.name"], True
-                pax = {}
-            pax_bytes = 0
-            _check_name(name, "name", pos, where)
+            name, linkname, size, sparse = pending.member(buf, flag, size, where)
+            _check_name(name, "name", stream.pos, where)
             if flag in (b"1", b"2"):
-                _check_name(linkname, "link target", pos, where)
+                _check_name(linkname, "link target", stream.pos, where)
             if sparse and buf[482]:  # old GNU sparse: extension blocks follow the header
-                while True:
-                    ext = read(BLOCK)
-                    if len(ext) < BLOCK:
-                        raise ReconError(f"{noun} ends inside a sparse header (truncated)", where=where)
-                    pos += BLOCK
-                    if not ext[504]:
-                        break
-            kind = FILE if sparse else _KINDS.get(flag, FILE)
-            if kind == FILE and not flag[0] and name.endswith("/"):
-                kind = DIR  # old V7 tars mark directories with a trailing slash
+                stream.sparse_extensions()
+            kind = _kind(flag, name, sparse)
             # Links, directories, devices and FIFOs carry no data whatever their size field says.
             padded = size + (-size % BLOCK) if kind == FILE else 0
-            if max_size is not None and pos + padded > max_size:
-                raise UnsafeArchiveError(
-                    f"{noun} expands to " + (cap_hint or f"more than {max_size} bytes (decompression "
-                                             "bomb? raise the cap with --max-layer-size)")
-                    + f" at {name[:200]!r}", where=where)
+            stream.check_cap(padded, name)
             if on_offset is not None:
-                on_offset(pos)
+                on_offset(stream.pos)
             mode = _number(buf[100:108], "mode", where) & 0o7777
             name = member_name(name, strip, prefix)
-            if kind == FILE:
-                if sparse:
-                    data_reader = None
-                    yield Entry(name, FILE, size, None, mode, partial(_sparse, name, where))
-                else:
-                    data_reader = Bounded(raw, size, where=where,
-                                          short=f"{noun} ends inside {name!r} (truncated)")
-                    yield Entry(name, FILE, size, None, mode, data_reader.opened)
-                consumed = size - data_reader.left if data_reader is not None else 0
-                pos += consumed
-                skip(padded - consumed, name)
-            elif kind == DIR:
-                yield Entry(name, DIR, 0, None, mode)
-            elif kind == SYMLINK:
-                yield Entry(name, SYMLINK, 0, linkname, mode)
-            elif kind == HARDLINK:
-                yield Entry(name, HARDLINK, 0, member_name(linkname, strip, prefix), mode)
+            if kind != FILE:
+                yield _dataless_entry(kind, name, linkname, mode, strip, prefix)
+                continue
+            if sparse:
+                data_reader = None
+                yield Entry(name, FILE, size, None, mode, partial(_sparse, name, where))
             else:
-                yield Entry(name, OTHER, 0, None, mode)
+                data_reader = Bounded(raw, size, where=where,
+                                      short=f"{noun} ends inside {name!r} (truncated)")
+                yield Entry(name, FILE, size, None, mode, data_reader.opened)
+            stream.finish_file(size, padded, data_reader, name)
     except (ReconError, GeneratorExit):
         raise
     except Exception as err:  # OSError, EOFError, zlib.error, zstd errors underneath
