@@ -487,16 +487,9 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
             ref = (Ref("class", q) if q in index.classes
                    else Ref("function", q) if q in index.functions else None)
             bind(node, node.name, ref)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                target = alias.name if alias.asname else alias.name.split(".", 1)[0]
-                bind(node, alias.asname or target, resolver.resolve_dotted(target))
-        elif isinstance(node, ast.ImportFrom):
-            mod = _absolute(scope.module, index, node.module or "", node.level)
-            for alias in node.names:
-                if alias.name != "*":
-                    bind(node, alias.asname or alias.name,
-                         resolver.resolve_dotted(f"{mod}.{alias.name}" if mod else alias.name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for name, ref in _import_bindings(node, scope.module, resolver):
+                bind(node, name, ref)
         elif isinstance(node, ast.Assign):
             hint = _value_hint(node.value)
             for assigned in node.targets:
@@ -525,6 +518,26 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             for name in node.names:
                 scope.locals.discard(name)
+    _record_hints(scope, found)
+
+
+def _import_bindings(node: ast.Import | ast.ImportFrom, module: str,
+                     resolver: Resolver) -> Iterator[tuple[str, Ref | None]]:
+    """(local name, what it resolves to) per name an import binds, resolved one at a time."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            target = alias.name if alias.asname else alias.name.split(".", 1)[0]
+            yield alias.asname or target, resolver.resolve_dotted(target)
+        return
+    mod = _absolute(module, resolver.index, node.module or "", node.level)
+    for alias in node.names:
+        if alias.name != "*":
+            yield (alias.asname or alias.name,
+                   resolver.resolve_dotted(f"{mod}.{alias.name}" if mod else alias.name))
+
+
+def _record_hints(scope: _Scope, found: list[tuple[int, int, int, str, str | Ref]]) -> None:
+    """Annotated bindings win the hint; names bound differently on branches keep each one."""
     found.sort(key=lambda t: (t[0], t[1], t[2]))
     for weak, _, _, name, bound in found:
         if name not in scope.hints:

@@ -252,6 +252,42 @@ class SnapshotIndex:
 def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
              stats: IndexStats) -> SnapshotIndex:
     """Turn ``(path, sha256, raw record)`` triples into a :class:`SnapshotIndex`."""
+    names, known, warnings = _module_owners(records)
+    all_files = snapshot.manifest.get("files", {})
+    modules: dict[str, ModuleInfo] = {}
+    functions: dict[str, FunctionInfo] = {}
+    classes: dict[str, ClassInfo] = {}
+    errors: dict[str, str] = {}
+    by_path: dict[str, str] = {}
+    shared = _Shared()
+    make_field = ClassField._make
+    for path, sha, rec in records:
+        if path not in names:
+            continue
+        mod, is_pkg = names[path]
+        by_path[path] = mod
+        if rec.get("warnings"):
+            warnings.setdefault(path, []).extend(rec["warnings"])
+        if rec.get("error"):
+            errors[path] = rec["error"]
+            modules[mod] = ModuleInfo(mod, path, sha, is_pkg, rec.get("lines", 0), error=rec["error"])
+            continue
+        fn_names = _add_functions(rec["functions"], mod, path, shared, functions)
+        cls_names = _add_classes(rec["classes"], mod, path, classes)
+        modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
+                                  rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
+                                  variables=rec["variables"],
+                                  constants={k: make_field(v) for k, v in rec["constants"].items()},
+                                  calls=tuple(rec["calls"]),
+                                  import_rows=rec["imports"], known=known)
+    stats.errors = len(errors)
+    return SnapshotIndex(snapshot=snapshot, modules=modules, functions=functions, classes=classes,
+                         errors=errors, warnings=warnings, stats=stats, by_path=by_path)
+
+
+def _module_owners(records: list[tuple[str, str, dict[str, Any]]]
+                   ) -> tuple[dict[str, tuple[str, bool]], frozenset[str], dict[str, list[str]]]:
+    """(path -> (module, is package), every module name, warnings): one file per module."""
     names: dict[str, tuple[str, bool]] = {}
     owner: dict[str, str] = {}
     warnings: dict[str, list[str]] = {}
@@ -267,64 +303,60 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
             names.pop(prev, None)
         owner[mod] = path
         names[path] = (mod, is_pkg)
-    known = frozenset(owner)
-    all_files = snapshot.manifest.get("files", {})
-    modules: dict[str, ModuleInfo] = {}
-    functions: dict[str, FunctionInfo] = {}
-    classes: dict[str, ClassInfo] = {}
-    errors: dict[str, str] = {}
-    by_path: dict[str, str] = {}
+    return names, frozenset(owner), warnings
+
+
+@dataclass
+class _Shared:
+    """Most signatures repeat ((self), (self, x)...): sharing them saves memory and GC work."""
+
+    #: params text -> its parameters
+    params: dict[str, tuple[Param, ...]] = field(default_factory=dict)
+    #: calls text -> its call names
+    calls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: one parameter row -> its Param
+    one: dict[tuple[Any, ...], Param] = field(default_factory=dict)
+
+
+def _add_functions(rows: list[Any], mod: str, path: str, shared: _Shared,
+                   functions: dict[str, FunctionInfo]) -> list[str]:
+    """Add one file's function rows to ``functions``; their qualnames, in file order."""
+    prefix = mod + ":"
+    fn_names = []
+    interned, call_sets, one = shared.params, shared.calls, shared.one
     make_param = Param._make
-    # Most signatures repeat ((self), (self, x)...): sharing them saves memory and GC work.
-    interned: dict[str, tuple[Param, ...]] = {}
-    call_sets: dict[str, tuple[str, ...]] = {}
-    one: dict[tuple[Any, ...], Param] = {}
     make_function = FunctionInfo._make
+    # Rows are read, never modified: files with the same bytes share one record.
+    for (name, lineno, def_lineno, end_lineno, col, kind, is_async, params_text, returns,
+         decorators, class_name, ast_hash, body_hash, doc_hash, calls_text) in rows:
+        q = prefix + name
+        fn_names.append(q)
+        params = interned.get(params_text)
+        if params is None:
+            params = interned[params_text] = tuple([
+                one.get(key) or one.setdefault(key, make_param(key))
+                for key in map(tuple, json.loads(params_text))])
+        calls = call_sets.get(calls_text)
+        if calls is None:
+            calls = call_sets[calls_text] = tuple(calls_text.split())
+        functions[q] = make_function((
+            q, mod, path, name, lineno, def_lineno, end_lineno, col, kind, is_async, params,
+            returns, tuple(decorators) if decorators else (), class_name, ast_hash, body_hash,
+            doc_hash, calls))
+    return fn_names
+
+
+def _add_classes(rows: list[dict[str, Any]], mod: str, path: str,
+                 classes: dict[str, ClassInfo]) -> list[str]:
+    """Add one file's class records to ``classes``; their qualnames, in file order."""
+    prefix = mod + ":"
     make_field = ClassField._make
-    for path, sha, rec in records:
-        if path not in names:
-            continue
-        mod, is_pkg = names[path]
-        by_path[path] = mod
-        if rec.get("warnings"):
-            warnings.setdefault(path, []).extend(rec["warnings"])
-        if rec.get("error"):
-            errors[path] = rec["error"]
-            modules[mod] = ModuleInfo(mod, path, sha, is_pkg, rec.get("lines", 0), error=rec["error"])
-            continue
-        prefix = mod + ":"
-        fn_names = []
-        # Rows are read, never modified: files with the same bytes share one record.
-        for (name, lineno, def_lineno, end_lineno, col, kind, is_async, params_text, returns,
-             decorators, class_name, ast_hash, body_hash, doc_hash, calls_text) in rec["functions"]:
-            q = prefix + name
-            fn_names.append(q)
-            params = interned.get(params_text)
-            if params is None:
-                params = interned[params_text] = tuple([
-                    one.get(key) or one.setdefault(key, make_param(key))
-                    for key in map(tuple, json.loads(params_text))])
-            calls = call_sets.get(calls_text)
-            if calls is None:
-                calls = call_sets[calls_text] = tuple(calls_text.split())
-            functions[q] = make_function((
-                q, mod, path, name, lineno, def_lineno, end_lineno, col, kind, is_async, params,
-                returns, tuple(decorators) if decorators else (), class_name, ast_hash, body_hash,
-                doc_hash, calls))
-        cls_names = []
-        for r in rec["classes"]:
-            q = prefix + r["name"]
-            cls_names.append(q)
-            classes[q] = ClassInfo(q, mod, path, r["name"], r["lineno"], r["def"], r["end"], r["col"],
-                                   tuple(r["bases"]), r["keywords"], tuple(r["decorators"]),
-                                   tuple(r["methods"]), r["attrs"],
-                                   {k: make_field(v) for k, v in r["fields"].items()})
-        modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
-                                  rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
-                                  variables=rec["variables"],
-                                  constants={k: make_field(v) for k, v in rec["constants"].items()},
-                                  calls=tuple(rec["calls"]),
-                                  import_rows=rec["imports"], known=known)
-    stats.errors = len(errors)
-    return SnapshotIndex(snapshot=snapshot, modules=modules, functions=functions, classes=classes,
-                         errors=errors, warnings=warnings, stats=stats, by_path=by_path)
+    cls_names = []
+    for r in rows:
+        q = prefix + r["name"]
+        cls_names.append(q)
+        classes[q] = ClassInfo(q, mod, path, r["name"], r["lineno"], r["def"], r["end"], r["col"],
+                               tuple(r["bases"]), r["keywords"], tuple(r["decorators"]),
+                               tuple(r["methods"]), r["attrs"],
+                               {k: make_field(v) for k, v in r["fields"].items()})
+    return cls_names

@@ -7,7 +7,7 @@ variable, one writable log directory) and how to turn the probes off again.
 
 from __future__ import annotations
 
-from .spec import ProbeSpec
+from .spec import ProbeSpec, TargetSpec
 
 MOUNT = "/opt/recon-probe"
 
@@ -15,13 +15,22 @@ MOUNT = "/opt/recon-probe"
 def render_readme(name: str, spec: ProbeSpec) -> str:
     """Markdown text for ``README.md``; ``name`` is the bundle folder's name."""
     logs = spec.log_dir
-    targets = "\n".join(
-        f"- `{t.qualname}`" + (f" ({t.kind}{t.signature or ''})" if t.kind else "")
-        + f": logs {', '.join(t.log) or 'calls only'}"
-        + (f"; self.{', self.'.join(t.self_attrs)}" if t.self_attrs else "")
-        + (f"; {', '.join(f'{k} = {v}' for k, v in t.exprs.items())}" if t.exprs else "")
-        + (f"; copies patched in {', '.join(t.copies)}" if t.copies else "")
-        for t in spec.targets)
+    return "\n".join([_overview(name, spec), _docker_run(name, logs), _docker_compose(name, logs),
+                      _kubernetes(name, logs), _AFTERWARDS])
+
+
+def _target_line(t: TargetSpec) -> str:
+    """One list item per target, so the owner sees what each process will log."""
+    return (f"- `{t.qualname}`" + (f" ({t.kind}{t.signature or ''})" if t.kind else "")
+            + f": logs {', '.join(t.log) or 'calls only'}"
+            + (f"; self.{', self.'.join(t.self_attrs)}" if t.self_attrs else "")
+            + (f"; {', '.join(f'{k} = {v}' for k, v in t.exprs.items())}" if t.exprs else "")
+            + (f"; copies patched in {', '.join(t.copies)}" if t.copies else ""))
+
+
+def _overview(name: str, spec: ProbeSpec) -> str:
+    """What the bundle does, to which targets, and what it writes where."""
+    targets = "\n".join(_target_line(t) for t in spec.targets)
     checked = (f"Targets checked against snapshot `{spec.snapshot['name']}` "
                f"({spec.snapshot['package']} {spec.snapshot['version']}).\n"
                if spec.snapshot else "Targets were not checked against a snapshot.\n")
@@ -40,14 +49,18 @@ changes: same image, same command line.
 {targets}
 
 Per process and target: {sampling}; each process writes its own
-`probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in `{logs}`,
+`probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in `{spec.log_dir}`,
 starting with a `VERIFY` record (pid, argv, Python, environment variables
 {', '.join(spec.env) or '(none requested)'}, target status). A process with no
 file never loaded the bundle. Nothing is ever written to stderr: if the log
 directory is not writable (or fills up), records are dropped. The files here
 are readable by any user (0644): the engine may run unprivileged.
+"""
 
-## docker run
+
+def _docker_run(name: str, logs: str) -> str:
+    """The ``docker run`` flags to add, for engines started by hand."""
+    return f"""## docker run
 ```
 docker run ... \\
   -v "$PWD/{name}":{MOUNT}:ro \\
@@ -57,8 +70,12 @@ docker run ... \\
 ```
 If the image already sets `PYTHONPATH`, keep its value after `{MOUNT}:`
 (`docker image inspect -f '{{{{.Config.Env}}}}' IMAGE`).
+"""
 
-## docker compose
+
+def _docker_compose(name: str, logs: str) -> str:
+    """The compose service keys to add, for engines run from a compose file."""
+    return f"""## docker compose
 ```yaml
 services:
   engine:
@@ -68,8 +85,12 @@ services:
     environment:
       PYTHONPATH: {MOUNT}
 ```
+"""
 
-## Kubernetes
+
+def _kubernetes(name: str, logs: str) -> str:
+    """The ConfigMap and pod spec fields to add, for engines deployed on Kubernetes."""
+    return f"""## Kubernetes
 ```
 kubectl create configmap recon-probe --from-file={name}/
 ```
@@ -87,8 +108,11 @@ spec:
     - {{name: recon-probe, configMap: {{name: recon-probe}}}}
     - {{name: recon-probe-logs, emptyDir: {{}}}}
 ```
+"""
 
-## Afterwards
+
+#: how to read the logs and undo the change; the same for every bundle
+_AFTERWARDS = """## Afterwards
 ```
 recon probe read probe-logs/          # per process, per target; --json, --markdown
 ```

@@ -219,6 +219,17 @@ def _unknown_names(sig: inspect.Signature | None, args: dict[str, Any]) -> list[
     return sorted(a for a in args if a not in takes)
 
 
+def _bound_callable(owner: Any, obj: Any, method_name: str,
+                    self_attrs: dict[str, Any]) -> tuple[Any, Any]:
+    """(instance or None, what to call): a method runs on a minimal instance of its class."""
+    if owner is not None and (self_attrs or not isinstance(obj, (staticmethod, classmethod))):
+        inst = _build_self(owner, self_attrs)
+        return inst, getattr(inst, method_name)
+    if owner is not None:
+        return None, getattr(owner, method_name)
+    return None, obj
+
+
 def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
               config: HFConfig | None) -> dict[str, Any]:
     qualname = call["target"]
@@ -230,16 +241,8 @@ def _call_one(finder: Any, call: dict[str, Any], inputs: Inputs,
         out["error"]["kind"] = "load" if out["error"]["kind"] == "exception" \
             else out["error"]["kind"]
         return out
-    method_name = qualname.rpartition(".")[2]
     self_attrs = {k: inputs.value(v) for k, v in call.get("self", {}).items()}
-    inst = None
-    if owner is not None and (self_attrs or not isinstance(obj, (staticmethod, classmethod))):
-        inst = _build_self(owner, self_attrs)
-        func = getattr(inst, method_name)
-    elif owner is not None:
-        func = getattr(owner, method_name)
-    else:
-        func = obj
+    inst, func = _bound_callable(owner, obj, qualname.rpartition(".")[2], self_attrs)
     args = {k: inputs.value(v) for k, v in call.get("args", {}).items()}
     positional = [inputs.value(v) for v in call.get("positional", [])]
     try:

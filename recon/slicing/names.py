@@ -177,6 +177,12 @@ def _chain_of(node: ast.Attribute) -> tuple[ast.expr, tuple[str, ...]]:
     return cur, tuple(reversed(parts))
 
 
+def _is_type_check(node: ast.Call) -> bool:
+    """``isinstance``/``issubclass`` with two arguments: its class argument is read specially."""
+    return isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+        and len(node.args) == 2
+
+
 class _Collector:
     """Walks code, tracking which names are local, and records what is not."""
 
@@ -220,93 +226,115 @@ class _Collector:
             self._node(e, visible)
 
     def _node(self, node: ast.AST, visible: frozenset[str]) -> None:
+        """Record what one node reads, walking each part it evaluates in that part's scope."""
+        # Expressions nest deeply (call and attribute chains, long sums): the common kinds
+        # are walked here, in one frame per level, so deep code reaches the same depth.
         if isinstance(node, _FUNC):
             self.function(node, visible)
-            return
-        if isinstance(node, ast.ClassDef):
-            self._exprs([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)],
-                        visible)
-            bound, _ = scope_bindings(node.body)
-            body_visible = visible | bound
-            for stmt in node.body:
-                if isinstance(stmt, _FUNC):
-                    self.function(stmt, visible)  # methods do not see the class scope
-                    self._exprs(stmt.decorator_list, frozenset(body_visible))
-                else:
-                    self._node(stmt, frozenset(body_visible))
-            return
-        if isinstance(node, ast.Lambda):
-            self._exprs(node.args.defaults, visible)
-            self._exprs([d for d in node.args.kw_defaults if d is not None], visible)
-            self._node(node.body, visible | _args_names(node.args))
-            return
-        if isinstance(node, _COMP):
-            inner = set(visible)
-            for gen in node.generators:
-                inner |= _target_names(gen.target)
-            first = True
-            for gen in node.generators:
-                # the first iterable is evaluated in the enclosing scope
-                self._node(gen.iter, visible if first else frozenset(inner))
-                first = False
-                for cond in gen.ifs:
-                    self._node(cond, frozenset(inner))
-            elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-            for e in elts:
-                self._node(e, frozenset(inner))
-            return
-        if isinstance(node, ast.AnnAssign):
+        elif isinstance(node, ast.ClassDef):
+            self._class(node, visible)
+        elif isinstance(node, ast.Lambda):
+            self._lambda(node, visible)
+        elif isinstance(node, _COMP):
+            self._comprehension(node, visible)
+        elif isinstance(node, ast.AnnAssign):
             self._node(node.target, visible)
             if node.value is not None:
                 self._node(node.value, visible)
-            return
-        if isinstance(node, ast.arg):
-            return  # annotations only
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
-            self._node(node.func, visible)
-            self._node(node.args[0], visible)
-            cls_arg = node.args[1]
-            elts = cls_arg.elts if isinstance(cls_arg, ast.Tuple) else [cls_arg]
-            for e in elts:
-                if isinstance(e, ast.Name) and e.id not in visible:
-                    self.needs.refs.append(Ref(e.id, e.lineno, (), "isinstance"))
-                else:
-                    self._node(e, visible)
-            for kw in node.keywords:
-                self._node(kw.value, visible)
-            return
-        if isinstance(node, ast.Attribute):
-            self.needs.attrs.add(node.attr)
-            root, chain = _chain_of(node)
-            for part in chain:
-                self.needs.attrs.add(part)
-            if _is_self_like(root, visible):
-                self.needs.self_attrs.add(chain[0])
-            if isinstance(root, ast.Name):
-                if root.id not in visible:
-                    self.needs.refs.append(Ref(root.id, root.lineno, chain))
-                else:
-                    for aliases in reversed(self._import_alias):
-                        if root.id in aliases:
-                            aliases[root.id].chains.setdefault(root.id, []).append(chain)
-                            break
-                return
-            self._node(root, visible)
-            return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+        elif isinstance(node, ast.arg):
+            pass  # a parameter node holds only its annotation, which is lazy
+        elif isinstance(node, ast.Call) and _is_type_check(node):
+            self._type_check(node, visible)
+        elif isinstance(node, ast.Attribute):
+            root = self._attribute(node, visible)
+            if root is not None:
+                self._node(root, visible)
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in visible:
+                self.needs.refs.append(Ref(node.id, node.lineno))
+        else:
+            if isinstance(node, ast.Call):
+                self._reflective_attr(node, visible)
+            for child in ast.iter_child_nodes(node):
+                self._node(child, visible)
+
+    def _class(self, node: ast.ClassDef, visible: frozenset[str]) -> None:
+        """Header in the enclosing scope; body in the class scope, which methods do not see."""
+        self._exprs([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)],
+                    visible)
+        bound, _ = scope_bindings(node.body)
+        body_visible = visible | bound
+        for stmt in node.body:
+            if isinstance(stmt, _FUNC):
+                self.function(stmt, visible)  # methods do not see the class scope
+                self._exprs(stmt.decorator_list, frozenset(body_visible))
+            else:
+                self._node(stmt, frozenset(body_visible))
+
+    def _lambda(self, node: ast.Lambda, visible: frozenset[str]) -> None:
+        """Defaults run where the lambda is written; the body sees its parameters too."""
+        self._exprs(node.args.defaults, visible)
+        self._exprs([d for d in node.args.kw_defaults if d is not None], visible)
+        self._node(node.body, visible | _args_names(node.args))
+
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+                       visible: frozenset[str]) -> None:
+        """A comprehension is its own scope, except for its first iterable."""
+        inner = set(visible)
+        for gen in node.generators:
+            inner |= _target_names(gen.target)
+        first = True
+        for gen in node.generators:
+            # the first iterable is evaluated in the enclosing scope
+            self._node(gen.iter, visible if first else frozenset(inner))
+            first = False
+            for cond in gen.ifs:
+                self._node(cond, frozenset(inner))
+        elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for e in elts:
+            self._node(e, frozenset(inner))
+
+    def _type_check(self, node: ast.Call, visible: frozenset[str]) -> None:
+        """``isinstance(x, C)`` needs ``C`` only as a class, which a slice may stand in for."""
+        self._node(node.func, visible)
+        self._node(node.args[0], visible)
+        cls_arg = node.args[1]
+        elts = cls_arg.elts if isinstance(cls_arg, ast.Tuple) else [cls_arg]
+        for e in elts:
+            if isinstance(e, ast.Name) and e.id not in visible:
+                self.needs.refs.append(Ref(e.id, e.lineno, (), "isinstance"))
+            else:
+                self._node(e, visible)
+        for kw in node.keywords:
+            self._node(kw.value, visible)
+
+    def _attribute(self, node: ast.Attribute, visible: frozenset[str]) -> ast.expr | None:
+        """Record an attribute chain whole; the root still to walk, or None for a name root."""
+        self.needs.attrs.add(node.attr)
+        root, chain = _chain_of(node)
+        for part in chain:
+            self.needs.attrs.add(part)
+        if _is_self_like(root, visible):
+            self.needs.self_attrs.add(chain[0])
+        if not isinstance(root, ast.Name):
+            return root
+        if root.id not in visible:
+            self.needs.refs.append(Ref(root.id, root.lineno, chain))
+        else:
+            for aliases in reversed(self._import_alias):
+                if root.id in aliases:
+                    aliases[root.id].chains.setdefault(root.id, []).append(chain)
+                    break
+        return None
+
+    def _reflective_attr(self, node: ast.Call, visible: frozenset[str]) -> None:
+        """``getattr(obj, "name")`` reads an attribute as surely as ``obj.name`` does."""
+        if isinstance(node.func, ast.Name) \
                 and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2 \
                 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             self.needs.attrs.add(node.args[1].value)
             if _is_self_like(node.args[0], visible):
                 self.needs.self_attrs.add(node.args[1].value)
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load) and node.id not in visible:
-                self.needs.refs.append(Ref(node.id, node.lineno))
-            return
-        for child in ast.iter_child_nodes(node):
-            self._node(child, visible)
-
 
 def needs_of_function(node: ast.FunctionDef | ast.AsyncFunctionDef, *,
                       class_scope: frozenset[str] = frozenset()) -> tuple[Needs, Needs]:
