@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from recon.engine import child
+from recon.engine import child, env
 from recon.engine.config import (
     EngineFacts,
     EngineUsageError,
@@ -176,6 +176,35 @@ def test_gpu_table() -> None:
 def test_serve_argv_keeps_the_command_as_typed() -> None:
     assert serve_argv("vllm serve M --tensor_parallel 2 -O0 --speculative-config.method mtp") \
         == ["M", "--tensor_parallel", "2", "-O0", "--speculative-config.method", "mtp"]
+
+
+def _tiny_wheel(folder: Path, name: str) -> None:
+    """A real (empty) wheel, so pip handles it as it would any other."""
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as zf:
+        for arc, text in files.items():
+            zf.writestr(arc, text)
+
+
+def test_one_unavailable_wheel_costs_one_more_pip_call(tmp_path: Path) -> None:
+    """pip names the spec that stopped the batch; the rest go in one more call, not one each."""
+    index, dest, log = tmp_path / "index", tmp_path / "dest", tmp_path / "pip.log"
+    index.mkdir()
+    for name in ("alpha", "beta", "gamma"):
+        _tiny_wheel(index, name)
+    args = ["download", "--no-deps", "--no-index", "--find-links", str(index), "-d", str(dest)]
+    env._batch(args, ["alpha", "no-such-project>=1", "beta", "gamma[x]"], log)
+    assert sorted(p.name.split("-")[0] for p in dest.iterdir()) == ["alpha", "beta", "gamma"]
+    assert log.read_text().count("$ ") == 2
+    # a failure pip does not pin on one spec: each spec alone, so the others still arrive
+    env._batch([*args, "--no-such-option"], ["alpha"], log)
+    assert log.read_text().count("$ ") == 4
 
 
 def test_requirements_follow_markers_and_skip_gpu_only() -> None:

@@ -200,14 +200,37 @@ def _install(python: Path, specs: list[str], wheelhouse: Path, log: Path) -> Non
             str(wheelhouse), "--only-binary", ":all:"]
     if _pip([*base, *specs], log).returncode == 0:
         return
-    download = ["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse)]
-    if _pip([*download, *specs], log).returncode != 0:
-        # pip downloads nothing when one spec has no wheel: one by one, so the rest arrive
-        for spec in specs:
-            _pip([*download, spec], log)
-    if _pip([*base, *specs], log).returncode != 0:
-        for spec in specs:  # one by one, so a single unavailable wheel does not block the rest
-            _pip([*base, spec], log)
+    _batch(["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse)], specs, log)
+    _batch(base, specs, log)
+
+
+#: pip's words for the one requirement that stopped a whole batch
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+
+
+def _batch(args: list[str], specs: list[str], log: Path) -> None:
+    """pip over ``specs`` in one call; a spec pip names as unavailable is dropped and the rest
+    retried, so one missing wheel neither blocks the batch nor costs a call per spec (a call
+    asks the index again: seconds each, for a hundred specs on a fresh machine)."""
+    left = list(specs)
+    while left:
+        done = _pip([*args, *left], log)
+        if done.returncode == 0:
+            return
+        named = _NO_MATCH.findall(done.stderr)
+        failed = {canonicalize_name(_name_of(n)) for n in named}
+        keep = [s for s in left if canonicalize_name(_name_of(s)) not in failed]
+        if not named or len(keep) == len(left):
+            break  # a failure pip did not pin on one spec: one by one below
+        left = keep
+    for spec in left:
+        _pip([*args, spec], log)
+
+
+def _name_of(spec: str) -> str:
+    """The project name of a requirement as pip prints it (``name[extra]>=1`` -> ``name``)."""
+    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec)
+    return match.group(0) if match else spec
 
 
 def _installed(paths: list[str]) -> dict[str, metadata.Distribution]:
