@@ -277,14 +277,25 @@ class Chain:
 
 
 def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
+    """The child's calls: KV geometry, one spec per layer kind, the engine's start-up chain."""
+    chain = Chain(calls=[], idx={}, extra_code="", slice_only=set())
+    _geometry_calls(ctx, inp, chain)
+    spec_exprs = _spec_exprs(ctx, inp, plan)
+    specs = _spec_calls(ctx, inp, plan, spec_exprs, chain)
+    record = _startup_calls(ctx, inp, specs, chain)
+    for q in _slice_only_targets(ctx, inp, spec_exprs):
+        chain.slice_only.add(len(chain.calls))
+        chain.calls.append(Call(q))
+    chain.extra_code = "\n".join(f"record({q!r}, {key!r})" for q, key in record)
+    return chain
+
+
+def _geometry_calls(ctx: RecipeContext, inp: Inputs, chain: Chain) -> None:
+    """1. the KV geometry of one attention layer: head size and KV heads per GPU."""
     cfg = ctx.require_config()
-    calls: list[Call] = []
-    idx: dict[str, int] = {}
-    slice_only: set[int] = set()
-    record: list[tuple[str, str]] = []
+    calls, idx = chain.calls, chain.idx
     mc = _model_config_cls(ctx)
     conv = _convertor(ctx, cfg)
-    # 1. the KV geometry of one attention layer
     pc = f"ns(tensor_parallel_size={inp.tp}, pipeline_parallel_size=1, decode_context_parallel_size=1)"
     if conv is not None:
         obj = (f"keep('conv', instance({conv!r}, hf_config=config, "
@@ -313,7 +324,10 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
     idx["kvh"] = len(calls)
     calls.append(Call(f"{mc}.get_num_kv_heads", args={"parallel_config": Py(pc)},
                       self_attrs={"_recon": Py(f"bind({mc + '.get_num_kv_heads'!r}, {mc_obj}, 'kvh')")}))
-    # 2. specs: one object per layer kind, shared by its layers (the engine builds equal specs)
+
+
+def _spec_exprs(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> dict[str, str]:
+    """2. specs: one object per layer kind, shared by its layers (the engine builds equal specs)."""
     if inp.kv_cache_dtype == "auto":
         dtype_expr = f"getattr(torch, {inp.dtype!r})"
     else:
@@ -334,20 +348,31 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
                                  f"num_kv_heads=R['kvh'], head_size=R['head'], dtype={dtype_expr}, "
                                  f"sliding_window={plan.sliding_window})")
     if "mamba" in plan.kinds:
-        a = inp.aligned
-        shapes = a.get("mamba state shapes (per GPU)")
-        dtypes = a.get("mamba state dtypes")
-        if not shapes or not dtypes:
-            raise NotApplicable("mamba layers but vllm-hybrid-page-align gave no mamba state shapes"
-                                + (f": {a['_reason']}" if a.get("_reason") else ""))
-        dt = "(" + ", ".join(f"getattr(torch, {str(d).replace('torch.', '')!r})" for d in dtypes) + ",)"
-        sh = "(" + ", ".join(f"tuple({list(s)!r})" for s in shapes) + ",)"
-        mode = a.get("mamba cache mode") or "none"
-        mamba_block = a.get("mamba block size") or inp.max_model_len
-        spec_exprs["mamba"] = (f"make({SPECS + ':MambaSpec'!r}, None, shapes={sh}, dtypes={dt}, "
-                               f"block_size={mamba_block}, page_size_padded="
-                               f"{a.get('mamba page padded to (bytes)')!r}, "
-                               f"mamba_cache_mode={mode!r}, num_speculative_blocks={inp.k})")
+        spec_exprs["mamba"] = _mamba_spec_expr(inp)
+    return spec_exprs
+
+
+def _mamba_spec_expr(inp: Inputs) -> str:
+    """The MambaSpec of the page-align recipe's shapes, dtypes, mode and padded page."""
+    a = inp.aligned
+    shapes = a.get("mamba state shapes (per GPU)")
+    dtypes = a.get("mamba state dtypes")
+    if not shapes or not dtypes:
+        raise NotApplicable("mamba layers but vllm-hybrid-page-align gave no mamba state shapes"
+                            + (f": {a['_reason']}" if a.get("_reason") else ""))
+    dt = "(" + ", ".join(f"getattr(torch, {str(d).replace('torch.', '')!r})" for d in dtypes) + ",)"
+    sh = "(" + ", ".join(f"tuple({list(s)!r})" for s in shapes) + ",)"
+    mode = a.get("mamba cache mode") or "none"
+    mamba_block = a.get("mamba block size") or inp.max_model_len
+    return (f"make({SPECS + ':MambaSpec'!r}, None, shapes={sh}, dtypes={dt}, "
+            f"block_size={mamba_block}, page_size_padded="
+            f"{a.get('mamba page padded to (bytes)')!r}, "
+            f"mamba_cache_mode={mode!r}, num_speculative_blocks={inp.k})")
+
+
+def _spec_calls(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, spec_exprs: dict[str, str],
+                chain: Chain) -> str:
+    """Each spec's ``max_memory_usage_bytes``; returns the layer -> spec mapping's expression."""
     vc = _vllm_config_expr(inp, plan)
     for kind, expr in spec_exprs.items():
         q = _find(ctx, {"full": ":FullAttentionSpec.max_memory_usage_bytes",
@@ -357,16 +382,22 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
             q = _find(ctx, ":AttentionSpec.max_memory_usage_bytes") if kind != "mamba" else None
         if q is None:
             raise NotApplicable(f"no max_memory_usage_bytes for {kind} layers in this release")
-        idx[f"spec_{kind}"] = len(calls)
-        calls.append(Call(q, args={"vllm_config": Py("R['vc']")}, self_attrs={
+        chain.idx[f"spec_{kind}"] = len(chain.calls)
+        chain.calls.append(Call(q, args={"vllm_config": Py("R['vc']")}, self_attrs={
             "_recon_vc": Py(f"keep('vc', {vc})"),
             "_recon": Py(f"bind({q!r}, keep('spec_{kind}', {expr}))"),
             "_recon_page": Py(f"ns(page_size_bytes=R['spec_{kind}'].page_size_bytes, "
                               f"block_size=R['spec_{kind}'].block_size)")}))
     names = [_layer_name(i, kind) for i, kind in enumerate(plan.kinds) if kind != "none"]
-    specs = ("{" + ", ".join(f"{name!r}: R['spec_{kind}']" for name, kind in
-                             zip(names, [k for k in plan.kinds if k != "none"], strict=True)) + "}")
-    # 3. the engine's start-up chain
+    return ("{" + ", ".join(f"{name!r}: R['spec_{kind}']" for name, kind in
+                            zip(names, [k for k in plan.kinds if k != "none"], strict=True)) + "}")
+
+
+def _startup_calls(ctx: RecipeContext, inp: Inputs, specs: str,
+                   chain: Chain) -> list[tuple[str, str]]:
+    """3. the engine's start-up chain, as far as this release has it; returns what to record."""
+    calls, idx = chain.calls, chain.idx
+    record: list[tuple[str, str]] = []
     groups_q = _find(ctx, ":get_global_kv_cache_groups")
     configs_q = _find(ctx, ":get_kv_cache_configs")
     config_q = _find(ctx, ":get_kv_cache_config")
@@ -410,8 +441,12 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
     if conc_q:
         idx["concurrency"] = len(calls)
         calls.append(Call(conc_q, args=_call_args(ctx, conc_q, table)))
-    # targets only so that the slice holds the classes named at run time: the builder the
-    # platform names by qualname, and CacheConfig (built here, read by the chain)
+    return record
+
+
+def _slice_only_targets(ctx: RecipeContext, inp: Inputs, spec_exprs: dict[str, str]) -> list[str]:
+    """Targets only so that the slice holds classes the chain names or builds at run time."""
+    # the builder the platform names by qualname, and CacheConfig (built here, read by the chain)
     wanted = sorted(q for q in ctx.index.functions
                     if any(f":{cls}." in q for cls in ("DefaultKVCacheConfigBuilder",
                                                        "KVCacheConfigBuilder")))
@@ -425,11 +460,7 @@ def _build(ctx: RecipeContext, inp: Inputs, plan: LayerPlan) -> Chain:
         wanted += _smallest_user(ctx, rf"\b{cls}\(\s*$|\b{cls}\(\w")
     if inp.kv_cache_dtype != "auto":  # the release's cache-dtype table, read by name in the child
         wanted += _smallest_user(ctx, r"STR_DTYPE_TO_TORCH_DTYPE\[")
-    for q in wanted:
-        slice_only.add(len(calls))
-        calls.append(Call(q))
-    extra = "\n".join(f"record({q!r}, {key!r})" for q, key in record)
-    return Chain(calls, idx, extra, slice_only)
+    return wanted
 
 
 def _smallest_user(ctx: RecipeContext, pattern: str) -> list[str]:
@@ -539,12 +570,28 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
 
 def _present(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, chain: Chain,
              results: list[Any], res: RecipeResult) -> None:
+    """Geometry, per-layer KV bytes, the release's blocks and groups, then its capacity."""
     v = res.values
     idx = chain.idx
     head = results[idx["head"]].value
     kvh = results[idx["kvh"]].value
     v["KV heads per GPU"] = kvh
     v["head size"] = head
+    table, per_token_total = _layer_table(inp, plan, idx, results)
+    res.tables.append(table)
+    if per_token_total:
+        v["attention KV bytes per token (all attention layers, per GPU)"] = int(per_token_total) \
+            if per_token_total == int(per_token_total) else per_token_total
+    _blocks_and_groups(idx, results, res)
+    _capacity(inp, idx, results, res)
+    res.findings.append(Finding("warn", "KV capacity is not proof of safety: prefill activation "
+                                        "peaks are outside these numbers (raising "
+                                        "--max-model-len alone once crashed a 93K-token prefill)"))
+
+
+def _layer_table(inp: Inputs, plan: LayerPlan, idx: dict[str, int],
+                 results: list[Any]) -> tuple[Table, float]:
+    """Per layer kind: the release's page and per-request bytes; and attention bytes per token."""
     counts = {kind: plan.kinds.count(kind) for kind in ("full", "sliding", "mamba")}
     rows = []
     per_token_total = 0.0
@@ -562,20 +609,20 @@ def _present(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, chain: Chain,
             per_token = page_bytes / block
             per_token_total += per_token * counts[kind]
             rows.append([label, counts[kind], block, page_bytes, f"{per_token:g}", per_req])
-    res.tables.append(Table("KV cache per layer (per GPU)", ["layer type", "layers", "block size (tokens)",
-                                                               "page bytes per block", "bytes per token",
-                                                               f"bytes per request at {inp.max_model_len} tokens"],
-                            rows))
-    if per_token_total:
-        v["attention KV bytes per token (all attention layers, per GPU)"] = int(per_token_total) \
-            if per_token_total == int(per_token_total) else per_token_total
+    cols = ["layer type", "layers", "block size (tokens)", "page bytes per block",
+            "bytes per token", f"bytes per request at {inp.max_model_len} tokens"]
+    return Table("KV cache per layer (per GPU)", cols, rows), per_token_total
+
+
+def _blocks_and_groups(idx: dict[str, int], results: list[Any], res: RecipeResult) -> None:
+    """The scheduler's KV cache config: number of blocks and the release's grouping."""
     sched = results[idx["sched"]].value if "sched" in idx else None
     if isinstance(sched, list):
         sched = sched[0]
     if isinstance(sched, dict):
-        v["KV cache blocks (num_blocks)"] = sched.get("num_blocks")
+        res.values["KV cache blocks (num_blocks)"] = sched.get("num_blocks")
         groups = sched.get("kv_cache_groups") or []
-        v["KV cache groups"] = len(groups)
+        res.values["KV cache groups"] = len(groups)
         if groups:
             res.tables.append(Table("KV cache groups (the release's grouping)",
                                     ["group", "layers", "spec", "block size"],
@@ -583,6 +630,11 @@ def _present(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, chain: Chain,
                                       _spec_name(g.get("kv_cache_spec")),
                                       (g.get("kv_cache_spec") or {}).get("block_size")]
                                      for i, g in enumerate(groups)]))
+
+
+def _capacity(inp: Inputs, idx: dict[str, int], results: list[Any], res: RecipeResult) -> None:
+    """Tokens and concurrency, from the release's answer or its log lines, with a verdict."""
+    v = res.values
     tokens = conc = None
     if "capacity" in idx and results[idx["capacity"]].ok:
         val = results[idx["capacity"]].value
@@ -606,9 +658,6 @@ def _present(ctx: RecipeContext, inp: Inputs, plan: LayerPlan, chain: Chain,
         else:
             res.findings.append(Finding("ok", f"{conc:.2f} requests of {inp.max_model_len} tokens "
                                               "fit in the KV cache at once"))
-    res.findings.append(Finding("warn", "KV capacity is not proof of safety: prefill activation "
-                                        "peaks are outside these numbers (raising "
-                                        "--max-model-len alone once crashed a 93K-token prefill)"))
 
 
 def _spec_name(spec: Any) -> str:

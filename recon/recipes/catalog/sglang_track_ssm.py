@@ -24,10 +24,11 @@ release's default, read by the release's own code).
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ReconError
-from ...slicing import Call, Py, RunFailed, run_calls
+from ...slicing import Call, Py, RunFailed, RunResult, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..hybrid_common import (
     child_events,
@@ -141,37 +142,111 @@ def _batch(ctx: RecipeContext) -> dict[str, list[Any]]:
             "cache_slots": cache_slots, "track_slots": track_slots}
 
 
+@dataclass
+class _Track:
+    """The release's tracking method, the batch and the options of one run."""
+
+    cls: str
+    method: str
+    batch: dict[str, list[Any]]
+    chunk_override: int | None
+    slots: int | None
+    offsets_fn: str | None  # prepare_chunk_offsets: the rows of h
+    cpu_fn: str | None  # the CPU-metadata twin of the method
+    has_chunk_prop: bool
+    names: list[str]  # of the returned tuple
+
+
+@dataclass
+class _Calls:
+    """The child's calls and the stubs and PARAMS they run with."""
+
+    calls: list[Call]
+    params: dict[str, Any]
+    stubs: dict[str, str]
+    page: Any
+    server_prop: str | None  # 0.5.1x: ServerArgs.mamba_cache_chunk_size, run last
+
+
+@dataclass
+class _ReadBack:
+    """What the tracking returned, with the chunk size it used and the locals it left."""
+
+    results: list[RunResult]
+    local_vals: dict[str, Any]
+    chunk: int
+    out: dict[str, Any]
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
     """Run the release's tracking (both paths when it has two) and its chunk-offset helper."""
+    t = _track(ctx)
+    built = _build_calls(ctx, t)
+    rb = _read_back(t, *_run_tracking(ctx, t, built))
+    offsets = _chunk_offsets(ctx, t, rb.chunk, built.stubs)
+    nt = offsets[-1] if offsets else None
+    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+    b = t.batch
+    res.inputs = {"extend_lens": b["extend"], "prefix_lens": b["prefix"], "track": b["track"],
+                  "track_lens": b["track_lens"], "cache_slots": b["cache_slots"],
+                  "track_slots": b["track_slots"]}
+    v = res.values
+    v["backend class"] = t.cls
+    v["chunk size"] = rb.chunk
+    v["chunk rows of h (NT)"] = nt if nt is not None else "unknown (no prepare_chunk_offsets)"
+    if offsets is not None:
+        v["chunk offsets per sequence"] = offsets
+    for key in t.names:
+        v[key] = rb.out.get(key)
+    rows, verdicts = _per_sequence(t, rb, nt)
+    res.tables.append(Table("per sequence", ["seq", "extend", "prefix", "tracked", "state from",
+                                             "src index", "dst slot", "verdict"], rows))
+    if rb.local_vals:
+        res.tables.append(Table(f"locals of {ctx.index.functions[t.method].name} at return",
+                                ["name", "value"],
+                                [[k, val] for k, val in rb.local_vals.items()
+                                 if not k.startswith("_")]))
+    res.findings += [Finding(level, text) for level, text in verdicts]
+    _findings_and_notes(ctx, t, built, rb, res)
+    return res
+
+
+def _track(ctx: RecipeContext) -> _Track:
+    """Find the method and its helpers, and read the batch and options."""
     cls, method = _gdn_class(ctx)
     b = _batch(ctx)
     chunk_override = opt_int(ctx.options, "chunk_size")
     slots = opt_int(ctx.options, "slots")
-    offsets_fn = next(iter(functions_named(ctx, "prepare_chunk_offsets")), None)
-    cpu_fn = find_method(ctx, cls, f"{METHOD}_from_cpu")
-    has_chunk_prop = find_method(ctx, cls, "mamba_chunk_size") is not None
-    names = _names_returned(ctx, method) or []
+    return _Track(cls=cls, method=method, batch=b, chunk_override=chunk_override, slots=slots,
+                  offsets_fn=next(iter(functions_named(ctx, "prepare_chunk_offsets")), None),
+                  cpu_fn=find_method(ctx, cls, f"{METHOD}_from_cpu"),
+                  has_chunk_prop=find_method(ctx, cls, "mamba_chunk_size") is not None,
+                  names=_names_returned(ctx, method) or [])
 
+
+def _build_calls(ctx: RecipeContext, t: _Track) -> _Calls:
+    """The tracking call (and its CPU twin), plus what a 0.5.1x release reads its chunk from."""
+    b = t.batch
     self_attrs: dict[str, Any] = {"device": "cpu"}
-    if has_chunk_prop:
-        self_attrs["_mamba_chunk_size"] = chunk_override
+    if t.has_chunk_prop:
+        self_attrs["_mamba_chunk_size"] = t.chunk_override
         self_attrs["_model_runner"] = Py("ns(model_config=ns(hf_text_config=text_config()))")
-    module = ctx.index.functions[method].module
+    module = ctx.index.functions[t.method].module
     probe = Py(f"emit_globals({module!r}, ['FLA_CHUNK_SIZE', 'CHUNK_SIZE'], "
-               f"watch_locals({ctx.index.functions[method].name!r}, batch(False)))")
-    calls = [Call(f"{cls}.{METHOD}", self_attrs=self_attrs,
+               f"watch_locals({ctx.index.functions[t.method].name!r}, batch(False)))")
+    calls = [Call(f"{t.cls}.{METHOD}", self_attrs=self_attrs,
                   args={"mamba_cache_indices": Py(f"torch.tensor({b['cache_slots']!r})"),
                         "forward_batch": probe})]
-    if cpu_fn is not None:
-        calls.append(Call(f"{cls}.{METHOD}", self_attrs=self_attrs,
+    if t.cpu_fn is not None:
+        calls.append(Call(f"{t.cls}.{METHOD}", self_attrs=self_attrs,
                           args={"mamba_cache_indices": Py(f"torch.tensor({b['cache_slots']!r})"),
                                 "forward_batch": Py("batch(True)")}))
-    params: dict[str, Any] = {"batch": b, "chunk_override": chunk_override,
+    params: dict[str, Any] = {"batch": b, "chunk_override": t.chunk_override,
                               "server_args_cls": None}
     stubs = {"triton.cdiv": "lambda a, b: (a + b - 1) // b"}  # triton's definition: ceil division
     page = ctx.flags.get("page_size") or 1
     server_prop = None
-    if "mamba_cache_chunk_size" in ctx.index.source(method):
+    if "mamba_cache_chunk_size" in ctx.index.source(t.method):
         # 0.5.1x: the chunk comes from ServerArgs.mamba_cache_chunk_size (config + --page-size);
         # the release's property runs on a ServerArgs instance that reads this config
         server_prop = next(iter(functions_named(ctx, "ServerArgs.mamba_cache_chunk_size")), None)
@@ -186,14 +261,20 @@ def run(ctx: RecipeContext) -> RecipeResult:
         # server_args.py's imports exhaust, is spent on the target first
         calls.append(Call(server_prop, self_attrs={
             "get_model_config": Py("lambda: ns(hf_config=text_config())")}))
-    with child_helpers(params, _CHILD) as helpers:
+    return _Calls(calls=calls, params=params, stubs=stubs, page=page, server_prop=server_prop)
+
+
+def _run_tracking(ctx: RecipeContext, t: _Track,
+                  built: _Calls) -> tuple[list[RunResult], int | None]:
+    """One child; the tracking calls' results (checked) and the ServerArgs chunk, if run."""
+    with child_helpers(built.params, _CHILD) as helpers:
         try:
-            results = run_calls(ctx.snapshot, calls, config=ctx.config, stubs=stubs,
+            results = run_calls(ctx.snapshot, built.calls, config=ctx.config, stubs=built.stubs,
                                 stub_file=helpers, real=["torch"], timeout=120)
         except RunFailed as err:
             raise ReconError(f"{NAME}: {err}") from err
     server_chunk = None
-    if server_prop is not None:
+    if built.server_prop is not None:
         server_chunk = results[-1].self_after.get("_mamba_cache_chunk_size")
         results = results[:-1]
     for r in results:
@@ -202,6 +283,11 @@ def run(ctx: RecipeContext) -> RecipeResult:
         if r.value_type == "stub":
             raise ReconError(f"{NAME}: {r.target} is not in the slice (the slicer's budget ran "
                              "out before it); nothing of the release ran")
+    return results, server_chunk
+
+
+def _read_back(t: _Track, results: list[RunResult], server_chunk: int | None) -> _ReadBack:
+    """The chunk size the release used (wherever this release keeps it) and the named outputs."""
     events = child_events(results[0].stdout)
     local_vals: dict[str, Any] = next((e["values"] for e in events if e["kind"] == "locals"), {})
     globs: dict[str, Any] = next((e["values"] for e in events if e["kind"] == "globals"), {})
@@ -212,49 +298,43 @@ def run(ctx: RecipeContext) -> RecipeResult:
         chunk = globs.get("FLA_CHUNK_SIZE") or globs.get("CHUNK_SIZE")
     if not isinstance(chunk, int):
         raise ReconError(f"{NAME}: could not read the chunk size this release used")
-    if chunk_override is not None and chunk != chunk_override:
+    if t.chunk_override is not None and chunk != t.chunk_override:
         raise NotApplicable(f"the chunk size is the kernel constant {chunk} in this release; "
-                            f"--set chunk_size={chunk_override} cannot apply")
-
-    out = dict(zip(names, results[0].value, strict=False)) if names else {}
+                            f"--set chunk_size={t.chunk_override} cannot apply")
+    out = dict(zip(t.names, results[0].value, strict=False)) if t.names else {}
     if not out:
-        raise ReconError(f"{NAME}: cannot name the values {method} returns")
+        raise ReconError(f"{NAME}: cannot name the values {t.method} returns")
+    return _ReadBack(results=results, local_vals=local_vals, chunk=chunk, out=out)
 
-    # the rows of h, by the release's own chunk-offset helper, for the same batch
+
+def _chunk_offsets(ctx: RecipeContext, t: _Track, chunk: int,
+                   stubs: dict[str, str]) -> list[int] | None:
+    """The rows of h, by the release's own chunk-offset helper, for the same batch."""
     cu = [0]
-    for e in b["extend"]:
+    for e in t.batch["extend"]:
         cu.append(cu[-1] + e)
     offsets: list[int] | None = None
-    if offsets_fn is not None:
+    if t.offsets_fn is not None:
         with child_helpers({}) as helpers:
-            got = run_calls(ctx.snapshot, [Call(offsets_fn, args={
+            got = run_calls(ctx.snapshot, [Call(t.offsets_fn, args={
                 "cu_seqlens": Py(f"torch.tensor({cu!r})"), "chunk_size": chunk})],
                 stubs={"triton.cdiv": stubs["triton.cdiv"]}, stub_file=helpers, real=["torch"],
                 timeout=60)[0]
         if got.error is None and isinstance(got.value, list):
             offsets = got.value
-    nt = offsets[-1] if offsets else None
+    return offsets
 
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
-    res.inputs = {"extend_lens": b["extend"], "prefix_lens": b["prefix"], "track": b["track"],
-                  "track_lens": b["track_lens"], "cache_slots": b["cache_slots"],
-                  "track_slots": b["track_slots"]}
+
+def _per_sequence(t: _Track, rb: _ReadBack,
+                  nt: int | None) -> tuple[list[list[Any]], list[tuple[str, str]]]:
+    """Per-sequence rows from the release's outputs, and a verdict on each index."""
+    b, out, chunk, slots = t.batch, rb.out, rb.chunk, t.slots
     h_src = out.get("track_ssm_h_src") or []
     h_dst = out.get("track_ssm_h_dst") or []
     final_src = out.get("track_ssm_final_src") or []
     final_dst = out.get("track_ssm_final_dst") or []
-    v = res.values
-    v["backend class"] = cls
-    v["chunk size"] = chunk
-    v["chunk rows of h (NT)"] = nt if nt is not None else "unknown (no prepare_chunk_offsets)"
-    if offsets is not None:
-        v["chunk offsets per sequence"] = offsets
-    for key in names:
-        v[key] = out.get(key)
-
-    # per-sequence table, from the release's outputs
     unaligned = out.get("tracked_seqs")
-    tracked = [i for i, t in enumerate(b["track"]) if t]
+    tracked = [i for i, tr in enumerate(b["track"]) if tr]
     if unaligned is None:  # older releases: unaligned = tracked with length % chunk != 0
         unaligned = [i for i in tracked if len(h_src) == len(tracked) or
                      (b["track_lens"][i] - b["prefix"][i]) % chunk]
@@ -280,44 +360,54 @@ def run(ctx: RecipeContext) -> RecipeResult:
             rows.append([i, ext, b["prefix"][i], True, "final state", src, dst,
                          "length on a chunk boundary"])
         if slots is not None:
-            src, dst = h_of.get(i) or final_of.get(i) or (None, None)
-            checks = [("destination slot", dst)]
-            if i in final_of:
-                checks.append(("final-state source slot", src))
-            for what, idx in checks:
-                good = idx is not None and 0 <= idx < slots
-                verdicts.append(("ok" if good else "error",
-                                 f"seq {i}: {what} {idx} {'<' if good else '>='} pool size {slots}"))
-    res.tables.append(Table("per sequence", ["seq", "extend", "prefix", "tracked", "state from",
-                                             "src index", "dst slot", "verdict"], rows))
-    if local_vals:
-        res.tables.append(Table(f"locals of {ctx.index.functions[method].name} at return",
-                                ["name", "value"],
-                                [[k, val] for k, val in local_vals.items() if not k.startswith("_")]))
-    res.findings += [Finding(level, text) for level, text in verdicts]
-    if slots is None:
+            verdicts += _slot_verdicts(i, slots, h_of, final_of)
+    return rows, verdicts
+
+
+def _slot_verdicts(i: int, slots: int, h_of: dict[int, Any],
+                   final_of: dict[int, Any]) -> list[tuple[str, str]]:
+    """Sequence ``i``'s destination (and final-state source) slot against the pool size."""
+    src, dst = h_of.get(i) or final_of.get(i) or (None, None)
+    checks = [("destination slot", dst)]
+    if i in final_of:
+        checks.append(("final-state source slot", src))
+    verdicts = []
+    for what, idx in checks:
+        good = idx is not None and 0 <= idx < slots
+        verdicts.append(("ok" if good else "error",
+                         f"seq {i}: {what} {idx} {'<' if good else '>='} pool size {slots}"))
+    return verdicts
+
+
+def _findings_and_notes(ctx: RecipeContext, t: _Track, built: _Calls, rb: _ReadBack,
+                        res: RecipeResult) -> None:
+    """Unchecked slots, the CPU path's agreement, provenance and the run's assumptions."""
+    if t.slots is None:
         res.findings.append(Finding("info", "destination slots not checked: --set slots=N gives "
                                             "the mamba pool size"))
+    results = rb.results
     if len(results) > 1:
         agree = results[1].value[:6] == results[0].value[:6]
         res.findings.append(Finding("ok" if agree else "warn",
                                     f"the release's CPU-metadata path ({METHOD}_from_cpu) "
                                     + ("agrees" if agree else "DISAGREES") + " on "
-                                    + ", ".join(names[:6])))
+                                    + ", ".join(t.names[:6])))
+    server_prop = built.server_prop
     if server_prop is not None:
-        res.notes.append(f"chunk size from the release's {server_prop} with --page-size {page}")
-    res.provenance = provenance_of(ctx, [method] + ([server_prop] if server_prop else [])
-                                   + ([cpu_fn] if cpu_fn else [])
-                                   + ([offsets_fn] if offsets_fn else []))
+        res.notes.append(f"chunk size from the release's {server_prop} with --page-size "
+                         f"{built.page}")
+    res.provenance = provenance_of(ctx, [t.method] + ([server_prop] if server_prop else [])
+                                   + ([t.cpu_fn] if t.cpu_fn else [])
+                                   + ([t.offsets_fn] if t.offsets_fn else []))
     if "extend_lens" not in ctx.options:
-        res.notes.append(f"no --set extend_lens: the batch {list(FIELD_BATCH)} (two new sequences) was used")
+        res.notes.append(f"no --set extend_lens: the batch {list(FIELD_BATCH)} (two new "
+                         "sequences) was used")
     res.notes.append("h holds one row per chunk of every sequence's new tokens (NT rows; the "
                      "kernel allocates (1, NT, H, V, K) and the tracking code indexes the "
                      "squeezed (NT, H, V, K) view)")
-    if offsets_fn:
+    if t.offsets_fn:
         res.notes.append("triton.cdiv (used by prepare_chunk_offsets) is stubbed with its "
                          "definition, ceil division")
-    return res
 
 
 register(Recipe(

@@ -35,7 +35,7 @@ from typing import Any
 
 from ...engine.config import EngineFailed
 from ...errors import ReconError
-from ...slicing import Call, Py, run_calls
+from ...slicing import Call, Py, RunResult, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..engine import engine_facts
 from ..engine import result as engine_result
@@ -356,11 +356,56 @@ def _cc_state(key: str, *names: str) -> Py:
     return Py(f"state(R[{key!r}], " + ", ".join(repr(n) for n in names) + ")")
 
 
+@dataclass
+class _Built:
+    """The chain's calls, and where each step's answer sits among them."""
+
+    calls: list[Call] = field(default_factory=list)
+    after_at: int = 0  # the call whose self shows the state after the size logic
+    state_at: dict[str, int] = field(default_factory=dict)  # runner -> call reading its state
+    first_dispatch: dict[str, int] = field(default_factory=dict)  # runner -> its N=1 dispatch
+    features_at: int | None = None  # VllmConfig._get_v2_model_runner_unsupported_features
+
+
+def _size_names(t: Targets) -> tuple[str, str, str]:
+    """The CompilationConfig fields each step's state is read from (names vary by release)."""
+    return ("cudagraph_capture_sizes", "max_cudagraph_capture_size" if t.modern
+            else "max_capture_size", "cudagraph_mode")
+
+
 def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> Chain:
     """Run the whole chain in one child; return what each step left behind."""
-    size_names = ("cudagraph_capture_sizes", "max_cudagraph_capture_size" if t.modern
-                  else "max_capture_size", "cudagraph_mode")
-    calls: list[Call] = []
+    built = _Built()
+    scheduler = _size_calls(ctx, t, inp, runners, built)
+    for runner in runners:
+        key = f"cc_{runner}" if (t.resolve or (t.adjust and runner == "V1")) else "cc"
+        if runner == "V1" and not t.v1_dispatcher:
+            continue  # no V1 dispatcher to ask: sizes only (see run())
+        if runner == "V1" and t.modern:
+            _v1_dispatch_calls(ctx, t, inp, key, built)
+        elif runner == "V1":
+            _v1_old_dispatch_calls(t, inp, key, built)
+        else:  # V2
+            _v2_dispatch_calls(t, inp, key, built)
+    if t.v2_features is not None:
+        built.features_at = len(built.calls)
+        built.calls.append(Call(t.v2_features,
+                                self_attrs=_vllm_config_attrs(t, inp, scheduler=scheduler)))
+    with helper_file() as helpers:
+        results = run_calls(ctx.snapshot, built.calls, stubs=_stubs(inp), stub_file=helpers,
+                            timeout=120)
+    for i, r in enumerate(results):
+        if r.error is not None and i != built.features_at:
+            raise ReconError(f"{r.target} raised {r.error.line()} (the release rejects this "
+                             "configuration, or recon models an input it needs wrongly)")
+    return _read_chain(t, inp, runners, built, results)
+
+
+def _size_calls(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str],
+                built: _Built) -> str:
+    """The size logic, then each runner's resolution; returns the scheduler section's expression."""
+    calls = built.calls
+    size_names = _size_names(t)
     scheduler = (f"ns(max_num_seqs={inp.max_num_seqs}, max_num_batched_tokens="
                  f"{inp.max_num_batched_tokens}, async_scheduling=False)")
     if t.scheduler_post_init is not None:
@@ -374,11 +419,10 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
         calls.append(Call(t.scheduler_post_init,
                           self_attrs={"_recon": Py(f"bind({t.scheduler_post_init!r}, {obj})")}))
         scheduler = "R['sched']"
-    set_at = len(calls)
     attrs = _vllm_config_attrs(t, inp, scheduler=scheduler)
     attrs["compilation_config"] = Py(_compilation_expr(t, inp))
     calls.append(Call(t.set_sizes, self_attrs=attrs))
-    after_at = len(calls)  # the next call's self shows the state after the size logic
+    built.after_at = len(calls)  # the next call's self shows the state after the size logic
     for runner in runners:
         key = f"cc_{runner}"
         before = {"_recon_cc": _cc_state("cc", *size_names)}
@@ -392,124 +436,132 @@ def _chain(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str]) -> C
                 args["tensor_parallel_size"] = inp.tp
             calls.append(Call(t.adjust, args=args, self_attrs={**before, "_recon": Py(
                 f"bind({t.adjust!r}, keep({key!r}, clone(R['cc'])))")}))
-    n_max = inp.max_num_seqs or 0
-    first_dispatch: dict[str, int] = {}
-    state_at: dict[str, int] = {}
-    mode_cls = t.mode_enum
-    for runner in runners:
-        key = f"cc_{runner}" if (t.resolve or (t.adjust and runner == "V1")) else "cc"
-        if runner == "V1" and not t.v1_dispatcher:
-            continue  # no V1 dispatcher to ask: sizes only (see run())
-        if runner == "V1" and t.modern:
-            disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
-                    f"compilation_config=R[{key!r}], uniform_decode_query_len={inp.q}, "
-                    f"cudagraph_keys={_keys_expr(mode_cls)}, keys_initialized=False, "
-                    "specialize_lora_count=False, captured_lora_counts=[], "
-                    f"cudagraph_mode=attr({mode_cls!r} + '.NONE')))")
-            init_args: dict[str, Any] = {"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode")}
-            if "uniform_decode_query_len" in params_of(ctx, f"{_V1_DISP}.initialize_cudagraph_keys"):
-                init_args["uniform_decode_query_len"] = inp.q
-            state_at[runner] = len(calls)
-            calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys", args=init_args,
-                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
-                                  f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
-            d_params = params_of(ctx, f"{_V1_DISP}.dispatch")
-            if "num_tokens" not in d_params:
-                raise NotApplicable(f"CudagraphDispatcher.dispatch takes ({', '.join(d_params)}) "
-                                    "in this release; recon does not model that dispatcher")
-            first_dispatch[runner] = len(calls)
-            for n in range(1, n_max + 1):
-                calls.append(Call(f"{_V1_DISP}.dispatch",
-                                  args={"num_tokens": n * inp.q, "uniform_decode": True},
-                                  self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
-        elif runner == "V1":
-            # old releases: the runner pads with VllmConfig.pad_for_cudagraph when the step fits
-            # under the largest size, then asks the dispatcher for (num_tokens, uniform_decode)
-            disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
-                    f"compilation_config=R[{key!r}], cudagraph_keys={_keys_expr(mode_cls)}, "
-                    f"keys_initialized=False, cudagraph_mode=R[{key!r}].cudagraph_mode))")
-            state_at[runner] = len(calls)
-            calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys",
-                              args={"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode"),
-                                    "uniform_decode_query_len": inp.q},
-                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
-                                  f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
-            first_dispatch[runner] = len(calls)
-            vc = f"instance({t.vllm_config!r}, compilation_config=R[{key!r}])"
-            for n in range(1, n_max + 1):
-                # a step above the largest size is never padded (the runner's check; the
-                # verdict below marks it eager): ask for 0 tokens instead of indexing past the end
-                tokens = n * inp.q
-                calls.append(Call(f"{t.vllm_config}.pad_for_cudagraph",
-                                  args={"batch_size": Py(f"{tokens} if {tokens} <= "
-                                                         f"R[{key!r}].max_capture_size else 0")},
-                                  self_attrs={"_recon": Py(f"bind({t.vllm_config + '.pad_for_cudagraph'!r}, "
-                                                           f"{vc}, 'pad')")}))
-                calls.append(Call(f"{_V1_DISP}.dispatch", args={"batch_descriptor": Py(
-                    "attr('vllm.forward_context:BatchDescriptor')(num_tokens=R['pad'], "
-                    "uniform_decode=True)")},
-                    self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
-        else:  # V2
-            mgr = (f"keep('m', instance({_V2_MGR!r}, vllm_config={_vc_expr(inp, key)}, "
-                   f"compilation_config=R[{key!r}], cudagraph_mode=R[{key!r}].cudagraph_mode, "
-                   f"decode_query_len={inp.q}, max_num_reqs={n_max}, varlen_decode=False, "
-                   "lora_capture_cases=[0], ubatch_runner=None, "
-                   "_candidates=Opaque({}, 'candidates'), _capture_descs=Opaque({}, 'descs'), "
-                   f"_lora_dispatch_map={{}}, _max_lora_case=0, _graphs_captured=True, "
-                   f"tp_size={inp.tp}, use_breakable_cg=False))")
-            state_at[runner] = len(calls)
-            calls.append(Call(f"{_V2_MGR}._init_candidates",
-                              self_attrs={"_recon_cc": _cc_state(key, *size_names), "_recon": Py(
-                                  f"bind({_V2_MGR + '._init_candidates'!r}, {mgr})")}))
-            first_dispatch[runner] = len(calls)
-            for n in range(1, n_max + 1):
-                calls.append(Call(f"{_V2_MGR}.dispatch",
-                                  args={"num_reqs": n, "num_tokens": n * inp.q,
-                                        "uniform_token_count": inp.q, "num_active_loras": 0,
-                                        "max_query_len": inp.q},
-                                  self_attrs={"_recon": Py(f"bind({_V2_MGR + '.dispatch'!r}, R['m'])")}))
-    features_at = None
-    if t.v2_features is not None:
-        features_at = len(calls)
-        calls.append(Call(t.v2_features, self_attrs=_vllm_config_attrs(t, inp, scheduler=scheduler)))
-    with helper_file() as helpers:
-        results = run_calls(ctx.snapshot, calls, stubs=_stubs(inp), stub_file=helpers, timeout=120)
-    for i, r in enumerate(results):
-        if r.error is not None and i != features_at:
-            raise ReconError(f"{r.target} raised {r.error.line()} (the release rejects this "
-                             "configuration, or recon models an input it needs wrongly)")
-    del set_at
+    return scheduler
+
+
+def _v1_dispatch_calls(ctx: RecipeContext, t: Targets, inp: Inputs, key: str,
+                       built: _Built) -> None:
+    """V1 runner: the dispatcher's keys, then one uniform decode dispatch per N."""
+    calls, mode_cls, n_max = built.calls, t.mode_enum, inp.max_num_seqs or 0
+    disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
+            f"compilation_config=R[{key!r}], uniform_decode_query_len={inp.q}, "
+            f"cudagraph_keys={_keys_expr(mode_cls)}, keys_initialized=False, "
+            "specialize_lora_count=False, captured_lora_counts=[], "
+            f"cudagraph_mode=attr({mode_cls!r} + '.NONE')))")
+    init_args: dict[str, Any] = {"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode")}
+    if "uniform_decode_query_len" in params_of(ctx, f"{_V1_DISP}.initialize_cudagraph_keys"):
+        init_args["uniform_decode_query_len"] = inp.q
+    built.state_at["V1"] = len(calls)
+    calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys", args=init_args,
+                      self_attrs={"_recon_cc": _cc_state(key, *_size_names(t)), "_recon": Py(
+                          f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
+    d_params = params_of(ctx, f"{_V1_DISP}.dispatch")
+    if "num_tokens" not in d_params:
+        raise NotApplicable(f"CudagraphDispatcher.dispatch takes ({', '.join(d_params)}) "
+                            "in this release; recon does not model that dispatcher")
+    built.first_dispatch["V1"] = len(calls)
+    for n in range(1, n_max + 1):
+        calls.append(Call(f"{_V1_DISP}.dispatch",
+                          args={"num_tokens": n * inp.q, "uniform_decode": True},
+                          self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
+
+
+def _v1_old_dispatch_calls(t: Targets, inp: Inputs, key: str, built: _Built) -> None:
+    """Old V1 runner: per N, ``pad_for_cudagraph`` then the dispatcher's verdict."""
+    # old releases: the runner pads with VllmConfig.pad_for_cudagraph when the step fits
+    # under the largest size, then asks the dispatcher for (num_tokens, uniform_decode)
+    calls, mode_cls, n_max = built.calls, t.mode_enum, inp.max_num_seqs or 0
+    disp = (f"keep('d', instance({_V1_DISP!r}, vllm_config={_vc_expr(inp, key)}, "
+            f"compilation_config=R[{key!r}], cudagraph_keys={_keys_expr(mode_cls)}, "
+            f"keys_initialized=False, cudagraph_mode=R[{key!r}].cudagraph_mode))")
+    built.state_at["V1"] = len(calls)
+    calls.append(Call(f"{_V1_DISP}.initialize_cudagraph_keys",
+                      args={"cudagraph_mode": Py(f"R[{key!r}].cudagraph_mode"),
+                            "uniform_decode_query_len": inp.q},
+                      self_attrs={"_recon_cc": _cc_state(key, *_size_names(t)), "_recon": Py(
+                          f"bind({_V1_DISP + '.initialize_cudagraph_keys'!r}, {disp})")}))
+    built.first_dispatch["V1"] = len(calls)
+    vc = f"instance({t.vllm_config!r}, compilation_config=R[{key!r}])"
+    for n in range(1, n_max + 1):
+        # a step above the largest size is never padded (the runner's check; the
+        # verdict below marks it eager): ask for 0 tokens instead of indexing past the end
+        tokens = n * inp.q
+        calls.append(Call(f"{t.vllm_config}.pad_for_cudagraph",
+                          args={"batch_size": Py(f"{tokens} if {tokens} <= "
+                                                 f"R[{key!r}].max_capture_size else 0")},
+                          self_attrs={"_recon": Py(f"bind({t.vllm_config + '.pad_for_cudagraph'!r}, "
+                                                   f"{vc}, 'pad')")}))
+        calls.append(Call(f"{_V1_DISP}.dispatch", args={"batch_descriptor": Py(
+            "attr('vllm.forward_context:BatchDescriptor')(num_tokens=R['pad'], "
+            "uniform_decode=True)")},
+            self_attrs={"_recon": Py(f"bind({_V1_DISP + '.dispatch'!r}, R['d'])")}))
+
+
+def _v2_dispatch_calls(t: Targets, inp: Inputs, key: str, built: _Built) -> None:
+    """V2 runner: the graph manager's candidates, then one dispatch per N."""
+    calls, n_max = built.calls, inp.max_num_seqs or 0
+    mgr = (f"keep('m', instance({_V2_MGR!r}, vllm_config={_vc_expr(inp, key)}, "
+           f"compilation_config=R[{key!r}], cudagraph_mode=R[{key!r}].cudagraph_mode, "
+           f"decode_query_len={inp.q}, max_num_reqs={n_max}, varlen_decode=False, "
+           "lora_capture_cases=[0], ubatch_runner=None, "
+           "_candidates=Opaque({}, 'candidates'), _capture_descs=Opaque({}, 'descs'), "
+           f"_lora_dispatch_map={{}}, _max_lora_case=0, _graphs_captured=True, "
+           f"tp_size={inp.tp}, use_breakable_cg=False))")
+    built.state_at["V2"] = len(calls)
+    calls.append(Call(f"{_V2_MGR}._init_candidates",
+                      self_attrs={"_recon_cc": _cc_state(key, *_size_names(t)), "_recon": Py(
+                          f"bind({_V2_MGR + '._init_candidates'!r}, {mgr})")}))
+    built.first_dispatch["V2"] = len(calls)
+    for n in range(1, n_max + 1):
+        calls.append(Call(f"{_V2_MGR}.dispatch",
+                          args={"num_reqs": n, "num_tokens": n * inp.q,
+                                "uniform_token_count": inp.q, "num_active_loras": 0,
+                                "max_query_len": inp.q},
+                          self_attrs={"_recon": Py(f"bind({_V2_MGR + '.dispatch'!r}, R['m'])")}))
+
+
+def _read_chain(t: Targets, inp: Inputs, runners: list[str], built: _Built,
+                results: list[RunResult]) -> Chain:
+    """What each step left: sizes after the config, each runner's state and its verdicts."""
+    after_at = built.after_at
     chain = Chain(after_config=results[after_at].self_before.get("_recon_cc", {})
                   if after_at < len(results) else {}, per_runner={}, verdicts={},
                   v2_unsupported=None, results=results, defaulted=defaulted(results),
                   notes=stub_notes(results))
     for runner in runners:
-        if runner not in state_at:
+        if runner not in built.state_at:
             chain.per_runner[runner] = chain.after_config
             continue
-        chain.per_runner[runner] = results[state_at[runner]].self_before.get("_recon_cc", {})
-        start = first_dispatch[runner]
-        rows: list[tuple[int, str, int | None]] = []
-        if runner == "V1" and not t.modern:
-            largest = chain.per_runner[runner].get("max_capture_size") or 0
-            for n in range(1, n_max + 1):
-                padded, dispatched = results[start + 2 * (n - 1)], results[start + 2 * (n - 1) + 1]
-                if n * inp.q > largest:  # the runner's check: eager without asking
-                    rows.append((n, "NONE", None))
-                else:
-                    verdict, _ = _verdict(dispatched.value)
-                    rows.append((n, verdict, padded.value))
-        else:
-            for n, r in enumerate(results[start: start + n_max], start=1):
-                rows.append((n, *_verdict(r.value)))
-        chain.verdicts[runner] = rows
-    if features_at is not None:
-        r = results[features_at]
+        chain.per_runner[runner] = results[built.state_at[runner]].self_before.get("_recon_cc", {})
+        chain.verdicts[runner] = _runner_verdicts(t, inp, runner, chain.per_runner[runner],
+                                                  results, built.first_dispatch[runner])
+    if built.features_at is not None:
+        r = results[built.features_at]
         chain.v2_unsupported = r.value if r.ok and isinstance(r.value, list) else None
         if not r.ok and r.error is not None:
             chain.notes.append(f"could not tell the default model runner: "
                                f"{r.target.rpartition(':')[2]} raised {r.error.line()}")
     return chain
+
+
+def _runner_verdicts(t: Targets, inp: Inputs, runner: str, state: dict[str, Any],
+                     results: list[RunResult], start: int) -> list[tuple[int, str, int | None]]:
+    """(N, runtime mode, padded tokens) per N, from the runner's dispatches from ``start`` on."""
+    n_max = inp.max_num_seqs or 0
+    rows: list[tuple[int, str, int | None]] = []
+    if runner == "V1" and not t.modern:
+        largest = state.get("max_capture_size") or 0
+        for n in range(1, n_max + 1):
+            padded, dispatched = results[start + 2 * (n - 1)], results[start + 2 * (n - 1) + 1]
+            if n * inp.q > largest:  # the runner's check: eager without asking
+                rows.append((n, "NONE", None))
+            else:
+                verdict, _ = _verdict(dispatched.value)
+                rows.append((n, verdict, padded.value))
+    else:
+        for n, r in enumerate(results[start: start + n_max], start=1):
+            rows.append((n, *_verdict(r.value)))
+    return rows
 
 
 def _verdict(value: Any) -> tuple[str, int | None]:
@@ -602,9 +654,40 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
 
 def _present(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str], chain: Chain,
              res: RecipeResult) -> None:
+    """Values, the per-N tables, findings and notes of one chain."""
+    max_key = "max_cudagraph_capture_size" if t.modern else "max_capture_size"
+    _size_values(t, inp, runners, chain, max_key, res)
+    if chain.verdicts:
+        res.tables.append(_runs_table(inp, runners, chain))
+        if (inp.max_num_seqs or 0) <= 64:
+            res.tables.append(_per_n_table(inp, runners, chain))
+    _size_findings(inp, runners, chain, max_key, res)
+    res.notes.append(f"cudagraph mode {inp.mode} from {inp.mode_from}")
+    if t.resolve:
+        res.notes.append(f"attention backend CUDA-graph support assumed {inp.support} "
+                         "(--set attn_cg_support=ALWAYS|UNIFORM_BATCH|"
+                         "UNIFORM_SINGLE_TOKEN_DECODE|NEVER)")
+    res.notes.append(f"GPU assumed sm{inp.gpu} (--set gpu=sm100 for Blackwell: larger default "
+                     "ceiling)")
+    if "V2" in runners:
+        res.notes.append("V2 runner verdicts assume its graphs were captured "
+                         "(CudaGraphManager._graphs_captured=True, as after warm-up)")
+    if not t.modern:
+        res.notes.append("old release: a step pads to a captured size only when its token count "
+                         "is <= the largest one (gpu_model_runner's check before "
+                         "pad_for_cudagraph); larger steps run eager")
+    res.notes += chain.notes
+    if chain.defaulted:
+        res.notes.append("config fields recon does not model, read as unset: "
+                         + ", ".join(chain.defaulted))
+    res.provenance = ran_provenance(ctx, chain.results)
+
+
+def _size_values(t: Targets, inp: Inputs, runners: list[str], chain: Chain, max_key: str,
+                 res: RecipeResult) -> None:
+    """The sizes after the config's logic, the default runner, and each runner's sizes."""
     v = res.values
     size_key = "cudagraph_capture_sizes"
-    max_key = "max_cudagraph_capture_size" if t.modern else "max_capture_size"
     after = chain.after_config
     v["uniform decode query length (k+1)"] = inp.q
     v["sizes after the release's size logic"] = after.get(size_key)
@@ -623,40 +706,50 @@ def _present(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str], ch
         in_graph = [n for n, mode, _ in rows if mode != "NONE"]
         if rows:
             v[f"{label}: largest N in a graph"] = max(in_graph) if in_graph else 0
-    # per-N table (runs of equal verdicts)
-    if chain.verdicts:
-        table_rows = []
-        keyed = [(n, tuple(_mode_only(chain.verdicts[r][n - 1]) for r in runners
-                           if r in chain.verdicts))
-                 for n in range(1, (inp.max_num_seqs or 0) + 1)]
-        for lo, hi, modes in ranges(keyed):
-            row: list[Any] = [f"{lo}" if lo == hi else f"{lo}-{hi}",
-                              f"{lo * inp.q}" if lo == hi else f"{lo * inp.q}-{hi * inp.q}"]
-            for r_i, runner in enumerate(r for r in runners if r in chain.verdicts):
-                pads = sorted({p for n, _m, p in chain.verdicts[runner][lo - 1: hi] if p is not None})
-                mode = modes[r_i]
-                if mode == "NONE":
-                    row.append("eager (no graph)")
-                else:
-                    span = (f"{pads[0]}" if len(pads) == 1 else f"{pads[0]}..{pads[-1]}") if pads else "?"
-                    row.append(f"{mode} graph, padded to {span} tokens")
-            table_rows.append(row)
-        cols = ["running requests N", "decode tokens N x (k+1)"] + \
-            [f"{r} runner" for r in runners if r in chain.verdicts]
-        res.tables.append(Table(f"decode step per number of running requests (k={inp.k})", cols,
-                                table_rows))
-        if (inp.max_num_seqs or 0) <= 64:
-            shown = [r for r in runners if r in chain.verdicts]
-            detail = []
-            for n in range(1, (inp.max_num_seqs or 0) + 1):
-                row = [n, n * inp.q]
-                for runner in shown:
-                    _, mode, padded = chain.verdicts[runner][n - 1]
-                    row.append("eager" if mode == "NONE" else f"{mode} {padded}")
-                detail.append(row)
-            res.tables.append(Table("per N: runtime mode and padded token count",
-                                    ["N", "tokens"] + [f"{r} runner" for r in shown], detail))
-    # findings
+
+
+def _runs_table(inp: Inputs, runners: list[str], chain: Chain) -> Table:
+    """Runs of N with the same verdict for every runner, with the span they pad to."""
+    table_rows = []
+    keyed = [(n, tuple(_mode_only(chain.verdicts[r][n - 1]) for r in runners
+                       if r in chain.verdicts))
+             for n in range(1, (inp.max_num_seqs or 0) + 1)]
+    for lo, hi, modes in ranges(keyed):
+        row: list[Any] = [f"{lo}" if lo == hi else f"{lo}-{hi}",
+                          f"{lo * inp.q}" if lo == hi else f"{lo * inp.q}-{hi * inp.q}"]
+        for r_i, runner in enumerate(r for r in runners if r in chain.verdicts):
+            pads = sorted({p for n, _m, p in chain.verdicts[runner][lo - 1: hi] if p is not None})
+            mode = modes[r_i]
+            if mode == "NONE":
+                row.append("eager (no graph)")
+            else:
+                span = ((f"{pads[0]}" if len(pads) == 1 else f"{pads[0]}..{pads[-1]}")
+                        if pads else "?")
+                row.append(f"{mode} graph, padded to {span} tokens")
+        table_rows.append(row)
+    cols = ["running requests N", "decode tokens N x (k+1)"] + \
+        [f"{r} runner" for r in runners if r in chain.verdicts]
+    return Table(f"decode step per number of running requests (k={inp.k})", cols, table_rows)
+
+
+def _per_n_table(inp: Inputs, runners: list[str], chain: Chain) -> Table:
+    """Every N on its own row (small --max-num-seqs only): mode and padded token count."""
+    shown = [r for r in runners if r in chain.verdicts]
+    detail = []
+    for n in range(1, (inp.max_num_seqs or 0) + 1):
+        row: list[Any] = [n, n * inp.q]
+        for runner in shown:
+            _, mode, padded = chain.verdicts[runner][n - 1]
+            row.append("eager" if mode == "NONE" else f"{mode} {padded}")
+        detail.append(row)
+    return Table("per N: runtime mode and padded token count",
+                 ["N", "tokens"] + [f"{r} runner" for r in shown], detail)
+
+
+def _size_findings(inp: Inputs, runners: list[str], chain: Chain, max_key: str,
+                   res: RecipeResult) -> None:
+    """Sizes the release changed, the first N that runs eager, and an eager-only mode."""
+    size_key = "cudagraph_capture_sizes"
     if inp.sizes is not None:
         for runner in runners:
             final = (chain.per_runner.get(runner) or {}).get(size_key)
@@ -682,23 +775,6 @@ def _present(ctx: RecipeContext, t: Targets, inp: Inputs, runners: list[str], ch
                                               f"--max-num-seqs {inp.max_num_seqs} runs in a graph"))
     if inp.mode == "NONE":
         res.findings.append(Finding("info", f"cudagraph mode NONE ({inp.mode_from}): every step is eager"))
-    res.notes.append(f"cudagraph mode {inp.mode} from {inp.mode_from}")
-    if t.resolve:
-        res.notes.append(f"attention backend CUDA-graph support assumed {inp.support} "
-                         "(--set attn_cg_support=ALWAYS|UNIFORM_BATCH|UNIFORM_SINGLE_TOKEN_DECODE|NEVER)")
-    res.notes.append(f"GPU assumed sm{inp.gpu} (--set gpu=sm100 for Blackwell: larger default ceiling)")
-    if "V2" in runners:
-        res.notes.append("V2 runner verdicts assume its graphs were captured "
-                         "(CudaGraphManager._graphs_captured=True, as after warm-up)")
-    if not t.modern:
-        res.notes.append("old release: a step pads to a captured size only when its token count "
-                         "is <= the largest one (gpu_model_runner's check before "
-                         "pad_for_cudagraph); larger steps run eager")
-    res.notes += chain.notes
-    if chain.defaulted:
-        res.notes.append("config fields recon does not model, read as unset: "
-                         + ", ".join(chain.defaulted))
-    res.provenance = ran_provenance(ctx, chain.results)
 
 
 def _mode_only(row: tuple[int, str, int | None]) -> str:

@@ -29,6 +29,7 @@ target layer id against the target model's depth.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ReconError
@@ -71,6 +72,23 @@ def _bool_option(ctx: RecipeContext, key: str, default: bool) -> bool:
     raise ReconError(f"--set {key}: expected true or false, got {value!r}")
 
 
+@dataclass
+class _Funcs:
+    """The config-level DFlash functions this release has (None where it lacks one)."""
+
+    resolve: str | None  # _resolve_layer_attention: (window, causal) per layer
+    causal_fn: str | None  # _dflash_layer_causal: causal per layer (older releases)
+    any_fn: str | None
+    fc_fn: str | None
+    aux_fn: str | None
+    aux_reads_dflash: bool  # get_eagle3_aux_layers_from_config has a DFlash branch
+
+    @property
+    def per_layer(self) -> str | None:
+        """The per-layer function to run, the newer one first."""
+        return self.resolve or self.causal_fn
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
     """Run whichever of the layer, aux-layer and fc functions this release has."""
     if MODULE not in ctx.index.modules:
@@ -80,30 +98,58 @@ def run(ctx: RecipeContext) -> RecipeResult:
     n_layers = cfg.get("num_hidden_layers")
     if not isinstance(n_layers, int) or n_layers <= 0:
         raise ReconError("the draft config has no num_hidden_layers")
-    resolve = _fn(ctx, "_resolve_layer_attention")
-    causal_fn = _fn(ctx, "_dflash_layer_causal")
-    any_fn = _fn(ctx, "dflash_has_any_non_causal")
-    fc_fn = _fn(ctx, "_get_dflash_fc_input_size")
+    f = _functions(ctx)
+    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+    results = _run_forbidding(ctx, _calls(f, n_layers), cfg, res, f)
+    res.inputs = {"num_hidden_layers": n_layers,
+                  "dflash_config": cfg.get("dflash_config"), "layer_types": cfg.get("layer_types")}
+    causal = _layer_table(res, f, results, n_layers)
+    aux = _answers(res, f, results, n_layers if f.per_layer else 0, causal, n_layers)
+    _target_layers(ctx, cfg, res, aux)
+    touched = sorted({t.name.split(".")[0] for r in results for t in r.stub_touches
+                      if t.kind == "outside"})
+    res.notes.append("outside packages touched by the run: " + (", ".join(touched) or "none")
+                     + " (annotations are lazy in the slice, so `config: Qwen3Config` needs no "
+                       "transformers)")
+    res.provenance = provenance_of(ctx, [q for q in (f.resolve, f.causal_fn, f.any_fn,
+                                                    f.aux_fn if f.aux_reads_dflash else None,
+                                                    f.fc_fn if f.aux_reads_dflash else None) if q])
+    return res
+
+
+def _functions(ctx: RecipeContext) -> _Funcs:
+    """Find the functions; not applicable when the release has none of them."""
     aux_fn = next(iter(functions_named(ctx, "get_eagle3_aux_layers_from_config")), None)
-    aux_reads_dflash = aux_fn is not None and "dflash_config" in ctx.index.source(aux_fn)
-    if not (resolve or causal_fn or any_fn or aux_reads_dflash):
+    f = _Funcs(resolve=_fn(ctx, "_resolve_layer_attention"),
+               causal_fn=_fn(ctx, "_dflash_layer_causal"),
+               any_fn=_fn(ctx, "dflash_has_any_non_causal"),
+               fc_fn=_fn(ctx, "_get_dflash_fc_input_size"), aux_fn=aux_fn,
+               aux_reads_dflash=aux_fn is not None and "dflash_config" in ctx.index.source(aux_fn))
+    if not (f.resolve or f.causal_fn or f.any_fn or f.aux_reads_dflash):
         raise NotApplicable("qwen3_dflash.py has no config-level functions in this release: "
                             "draft layers are built inside DFlashQwen3Model.__init__ and the "
                             "target layers are read inline by the model runner")
+    return f
 
+
+def _calls(f: _Funcs, n_layers: int) -> list[Call]:
+    """Per-layer calls, then any-non-causal, aux layers and fc size (read back in this order)."""
     calls: list[Call] = []
-    per_layer = resolve or causal_fn
-    if per_layer:
-        calls += [Call(per_layer, args={"layer_idx": i}) for i in range(n_layers)]
-    if any_fn:
-        calls.append(Call(any_fn))
+    if f.per_layer:
+        calls += [Call(f.per_layer, args={"layer_idx": i}) for i in range(n_layers)]
+    if f.any_fn:
+        calls.append(Call(f.any_fn))
     spec = "ns(draft_model_config=ns(hf_config=config))"
-    if aux_fn is not None and aux_reads_dflash:
-        calls.append(Call(aux_fn, args={"spec_config": Py(spec)}))
-    if fc_fn and aux_reads_dflash:
-        calls.append(Call(fc_fn, args={"vllm_config": Py(f"ns(speculative_config={spec})")}))
+    if f.aux_fn is not None and f.aux_reads_dflash:
+        calls.append(Call(f.aux_fn, args={"spec_config": Py(spec)}))
+    if f.fc_fn and f.aux_reads_dflash:
+        calls.append(Call(f.fc_fn, args={"vllm_config": Py(f"ns(speculative_config={spec})")}))
+    return calls
 
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+
+def _run_forbidding(ctx: RecipeContext, calls: list[Call], cfg: dict[str, Any], res: RecipeResult,
+               f: _Funcs) -> list[Any]:
+    """Run with the runner question forbidden; rerun with an assumed runner only if reached."""
     v2: bool | None = None
     try:
         results = _run(ctx, calls, cfg, None)
@@ -120,39 +166,45 @@ def run(ctx: RecipeContext) -> RecipeResult:
             results = _run(ctx, calls, cfg, v2)
         except RunFailed as err2:
             raise ReconError(f"{NAME}: {err2}") from err2
-    if v2 is None and per_layer:
+    if v2 is None and f.per_layer:
         res.findings.append(Finding("ok", "get_current_vllm_config was forbidden and never reached: "
                                           "the layer resolution does not depend on the runner"))
+    return results
 
-    res.inputs = {"num_hidden_layers": n_layers,
-                  "dflash_config": cfg.get("dflash_config"), "layer_types": cfg.get("layer_types")}
-    v = res.values
-    pos = 0
-    rows = []
+
+def _layer_table(res: RecipeResult, f: _Funcs, results: list[Any], n_layers: int) -> list[bool]:
+    """The per-layer answers as a table; returns each answered layer's causality."""
     causal: list[bool] = []
-    if per_layer:
-        layer_results = results[:n_layers]
-        pos = n_layers
-        for i, r in enumerate(layer_results):
-            if r.error is not None:
-                rows.append([i, "-", "-", f"the release raises {r.error.type}: {r.error.message}"])
-                continue
-            if resolve:
-                window, is_causal = r.value
-            else:
-                window, is_causal = "n/a in this release", r.value
-            causal.append(bool(is_causal))
-            rows.append([i, "causal" if is_causal else "non-causal",
-                         window if window is not None else "none (full attention)", ""])
-        res.tables.append(Table("draft layers", ["layer", "attention", "sliding window", "note"], rows))
-        errors = [r.error for r in layer_results if r.error is not None]
-        if errors:
-            res.findings.append(Finding("error", f"the release rejects this draft config: "
-                                                 f"{errors[0].type}: {errors[0].message}"))
-    else:
+    if not f.per_layer:
         res.findings.append(Finding("info", "per-layer causality and windows are not resolved by a "
                                             "config-level function in this release"))
-    if any_fn:
+        return causal
+    rows = []
+    layer_results = results[:n_layers]
+    for i, r in enumerate(layer_results):
+        if r.error is not None:
+            rows.append([i, "-", "-", f"the release raises {r.error.type}: {r.error.message}"])
+            continue
+        if f.resolve:
+            window, is_causal = r.value
+        else:
+            window, is_causal = "n/a in this release", r.value
+        causal.append(bool(is_causal))
+        rows.append([i, "causal" if is_causal else "non-causal",
+                     window if window is not None else "none (full attention)", ""])
+    res.tables.append(Table("draft layers", ["layer", "attention", "sliding window", "note"], rows))
+    errors = [r.error for r in layer_results if r.error is not None]
+    if errors:
+        res.findings.append(Finding("error", f"the release rejects this draft config: "
+                                             f"{errors[0].type}: {errors[0].message}"))
+    return causal
+
+
+def _answers(res: RecipeResult, f: _Funcs, results: list[Any], pos: int, causal: list[bool],
+             n_layers: int) -> list[int] | None:
+    """Any layer non-causal, the aux layers and the fc size, read from ``pos`` on; returns aux."""
+    v = res.values
+    if f.any_fn:
         r = results[pos]
         pos += 1
         v["any layer non-causal"] = r.value if r.error is None else f"raises {r.error.line()}"
@@ -164,7 +216,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
         res.findings.append(Finding("info", "the draft needs an attention backend that supports "
                                             "non-causal attention"))
     aux: list[int] | None = None
-    if aux_reads_dflash:
+    if f.aux_reads_dflash:
         r = results[pos]
         pos += 1
         aux = list(r.value) if isinstance(r.value, list) else None
@@ -173,12 +225,17 @@ def run(ctx: RecipeContext) -> RecipeResult:
         res.findings.append(Finding("info", "target layers: get_eagle3_aux_layers_from_config does "
                                             "not read DFlash configs in this release (the model "
                                             "runner reads dflash_config.target_layer_ids inline)"))
-    if fc_fn and aux_reads_dflash:
+    if f.fc_fn and f.aux_reads_dflash:
         r = results[pos]
-        pos += 1
         v["fc input size (target hidden x aux layers)"] = r.value if r.error is None else \
             f"raises {r.error.line()}"
+    return aux
 
+
+def _target_layers(ctx: RecipeContext, cfg: dict[str, Any], res: RecipeResult,
+                   aux: list[int] | None) -> None:
+    """The draft's target layer ids against the target's depth, and against the aux layers."""
+    v = res.values
     raw = (cfg.get("dflash_config") or {}).get("target_layer_ids")
     if raw is not None:
         v["dflash_config.target_layer_ids"] = raw
@@ -194,15 +251,6 @@ def run(ctx: RecipeContext) -> RecipeResult:
     if aux is not None and isinstance(raw, list) and aux == [i + 1 for i in raw]:
         res.notes.append("aux ids = target_layer_ids + 1: the release captures the hidden state "
                          "entering layer id+1, i.e. leaving layer id")
-    touched = sorted({t.name.split(".")[0] for r in results for t in r.stub_touches
-                      if t.kind == "outside"})
-    res.notes.append("outside packages touched by the run: " + (", ".join(touched) or "none")
-                     + " (annotations are lazy in the slice, so `config: Qwen3Config` needs no "
-                       "transformers)")
-    res.provenance = provenance_of(ctx, [q for q in (resolve, causal_fn, any_fn,
-                                                    aux_fn if aux_reads_dflash else None,
-                                                    fc_fn if aux_reads_dflash else None) if q])
-    return res
 
 
 register(Recipe(

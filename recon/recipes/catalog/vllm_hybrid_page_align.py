@@ -49,10 +49,11 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ReconError
-from ...slicing import Call, Py, RunFailed, run_calls
+from ...slicing import Call, Py, RunFailed, RunResult, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..engine import engine_facts
 from ..engine import result as engine_result
@@ -400,9 +401,99 @@ def run(ctx: RecipeContext) -> RecipeResult:
     return run_engine(ctx)
 
 
+@dataclass
+class _Model:
+    """What the release's registry and index say about the model, before any flag is read."""
+
+    arch: str
+    align: str  # the alignment function, found by its log messages
+    align_name: str
+    platform_style: bool  # ``Platform._align_hybrid_block_size(vllm_config, backend_cls)``
+    model_cls: str
+    mc_cls: str  # ModelConfig's qualname
+    model_info: dict[str, Any]
+    hybrid: bool
+
+
+@dataclass
+class _Inputs:
+    """The flags and ``--set`` assumptions of one run, and the PARAMS the child reads."""
+
+    state_cls: str  # the class whose mamba-state functions run (after delegation)
+    delegation_note: str | None
+    dtype: str
+    dtype_note: str | None
+    tp: Any
+    prefix: bool
+    user_block: Any
+    default_block: int | None
+    block: Any
+    k: int
+    spec_method: str | None
+    backend_name: str
+    gpu: int
+    sizes: list[list[Any]]
+    sizes_from: str
+    base: str | None  # AttentionBackend, the base of the assumed backend
+    multiple: str | None  # MultipleOf
+    convertor: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Calls:
+    """The child's calls in the engine's order, and where their answers are."""
+
+    calls: list[Call]
+    hooks: list[str]
+    extra_targets: set[str]  # in the slice only: their answers and errors are not reported
+    first_shape_call: int
+
+
+@dataclass
+class _ReadBack:
+    """What the run left: the cache section as the release wrote it, the locals, the logs."""
+
+    results: list[RunResult]
+    events: list[dict[str, Any]]
+    cache: dict[str, Any]
+    local_vals: dict[str, Any]
+    logs: list[str]
+
+
 def run_sliced(ctx: RecipeContext) -> RecipeResult:
     """Run the hooks, the mamba-state functions and the alignment in one child; read back."""
     cfg = ctx.require_config()
+    model = _model(ctx, cfg)
+    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+    res.values["architecture"] = model.arch
+    res.values["model class"] = model.model_cls
+    res.values["hybrid attention/mamba model"] = model.hybrid
+    if not model.hybrid:
+        res.findings.append(Finding("info", f"{model.arch} ({model.model_cls}) is not a hybrid "
+                                            "attention/mamba model in this release (no IsHybrid "
+                                            "in its bases): vLLM does not align its block size, "
+                                            "so no 'Setting attention block size' / 'Padding "
+                                            "mamba page size' lines."))
+        return res
+    inp = _inputs(ctx, cfg, model)
+    if inp.delegation_note:
+        res.values["mamba-state functions run from"] = inp.state_cls
+    plan = _build_calls(ctx, model, inp)
+    rb = _read_back(plan, _run_child(ctx, cfg, inp, plan), inp.params)
+    _values(res, model, inp, plan, rb)
+    _tables(res, model, inp, rb)
+    _findings(res, inp, rb)
+    res.provenance = provenance_of(ctx, [model.align] + plan.hooks + [
+        q for q in (find_method(ctx, inp.state_cls, "get_mamba_state_shape_from_config"),
+                    find_method(ctx, inp.state_cls, "get_mamba_state_dtype_from_config")) if q]
+        + [f"{model.mc_cls}.get_num_kv_heads", f"{model.mc_cls}.get_head_size"])
+    _notes(res, model, inp, rb)
+    return res
+
+
+def _model(ctx: RecipeContext, cfg: dict[str, Any]) -> _Model:
+    """The alignment function, the model class and what the registry derives from it."""
     arch = _architecture(cfg)
     align = _align_function(ctx)
     align_info = ctx.index.functions[align]
@@ -410,7 +501,6 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
     model_cls = registry_model_class(ctx, arch)
     if model_cls is None or model_cls not in ctx.index.classes:
         raise NotApplicable(f"the release's model registry has no architecture {arch}")
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
     bases = mro(ctx, model_cls)
     hybrid = any(q.endswith(":IsHybrid") for q in bases)
     # what the release's registry derives from the class's interfaces (_ModelInfo)
@@ -419,52 +509,60 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
     mc_cls = _model_config_class(ctx)
     for name in _info_properties(ctx, mc_cls):
         model_info.setdefault(name, False)  # the registry's getattr(model, flag, False)
-    res.values["architecture"] = arch
-    res.values["model class"] = model_cls
-    res.values["hybrid attention/mamba model"] = hybrid
-    if not hybrid:
-        res.findings.append(Finding("info", f"{arch} ({model_cls}) is not a hybrid attention/mamba "
-                                            "model in this release (no IsHybrid in its bases): vLLM "
-                                            "does not align its block size, so no 'Setting attention "
-                                            "block size' / 'Padding mamba page size' lines."))
-        return res
+    return _Model(arch=arch, align=align, align_name=align_info.name,
+                  platform_style=platform_style, model_cls=model_cls, mc_cls=mc_cls,
+                  model_info=model_info, hybrid=hybrid)
 
-    model_cls, delegation_note = _follow_delegation(ctx, model_cls)
-    if delegation_note:
-        res.values["mamba-state functions run from"] = model_cls
+
+def _inputs(ctx: RecipeContext, cfg: dict[str, Any], model: _Model) -> _Inputs:
+    """The flags and assumptions a hybrid model's run stands on (errors in reading order)."""
+    state_cls, delegation_note = _follow_delegation(ctx, model.model_cls)
     dtype, dtype_note = model_dtype(ctx.flags.get("dtype"), cfg)
-    tp = ctx.flags.get("tensor_parallel_size") or 1
-    prefix = bool(ctx.flags.get("enable_prefix_caching", False))
     user_block = ctx.flags.get("block_size")
     default_block = _default_block_size(ctx)
-    block = user_block if user_block is not None else default_block
     k, spec_method = _spec(ctx)
     kv_dtype = str(ctx.flags.get("kv_cache_dtype") or "auto")
     # vLLM serves TurboQuant KV caches with its TURBOQUANT backend
     backend_name = str(ctx.options.get("attention_backend", "TURBOQUANT" if
                                        kv_dtype.startswith("turboquant_") else "FLASH_ATTN"))
     gpu = _gpu(ctx)
-    sizes, sizes_from = _kernel_sizes(ctx, backend_name) if platform_style else ([], "")
+    sizes, sizes_from = _kernel_sizes(ctx, backend_name) if model.platform_style else ([], "")
     base = next((q for q in ctx.index.classes if q.endswith(":AttentionBackend")
                  and find_method(ctx, q, "get_supported_kernel_block_sizes")), None)
     multiple = next((q for q in ctx.index.classes if q.endswith(":MultipleOf")), None)
-    if platform_style and base is None:
+    if model.platform_style and base is None:
         raise NotApplicable("no AttentionBackend.get_supported_kernel_block_sizes in this release")
-    convertor = _convertor_for(ctx, cfg)
+    inp = _Inputs(state_cls=state_cls, delegation_note=delegation_note, dtype=dtype,
+                  dtype_note=dtype_note, tp=ctx.flags.get("tensor_parallel_size") or 1,
+                  prefix=bool(ctx.flags.get("enable_prefix_caching", False)),
+                  user_block=user_block, default_block=default_block,
+                  block=user_block if user_block is not None else default_block, k=k,
+                  spec_method=spec_method, backend_name=backend_name, gpu=gpu, sizes=sizes,
+                  sizes_from=sizes_from, base=base, multiple=multiple,
+                  convertor=_convertor_for(ctx, cfg))
+    inp.params = _params(ctx, cfg, model, inp)
+    return inp
+
+
+def _params(ctx: RecipeContext, cfg: dict[str, Any], model: _Model,
+            inp: _Inputs) -> dict[str, Any]:
+    """The child's PARAMS: the modelled VllmConfig sections and the assumed backend."""
     cache_defaults = _section_defaults(ctx, "CacheConfig")
     params: dict[str, Any] = {
-        "arch": arch, "dtype": dtype, "model_info": model_info, "model_cls": model_cls, "model_config_cls": mc_cls,
-        "convertor": convertor, "max_model_len": ctx.flags.get("max_model_len")
+        "arch": model.arch, "dtype": inp.dtype, "model_info": model.model_info,
+        "model_cls": inp.state_cls, "model_config_cls": model.mc_cls,
+        "convertor": inp.convertor, "max_model_len": ctx.flags.get("max_model_len")
         or cfg.get("max_position_embeddings") or 8192,
-        "num_speculative_tokens": k, "spec_method": spec_method,
+        "num_speculative_tokens": inp.k, "spec_method": inp.spec_method,
         "checkpoint_alignment": opt_int(ctx.options, "mamba_checkpoint_alignment"),
-        "gpu": gpu,
+        "gpu": inp.gpu,
         "cache": {
             **cache_defaults,
-            "block_size": block, "user_specified_mamba_block_size":
-            ctx.flags.get("mamba_block_size") is not None, "user_specified_block_size": user_block is not None,
+            "block_size": inp.block, "user_specified_mamba_block_size":
+            ctx.flags.get("mamba_block_size") is not None,
+            "user_specified_block_size": inp.user_block is not None,
             "cache_dtype": ctx.flags.get("kv_cache_dtype") or "auto",
-            "enable_prefix_caching": prefix,
+            "enable_prefix_caching": inp.prefix,
             "mamba_cache_mode": ctx.flags.get("mamba_cache_mode") or "none",
             "mamba_block_size": ctx.flags.get("mamba_block_size"),
             "mamba_page_size_padded": None,
@@ -472,17 +570,23 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
             "mamba_ssm_cache_dtype": ctx.flags.get("mamba_ssm_cache_dtype") or "auto",
             "kv_cache_dtype_skip_layers": [], "use_replayssm": False, "prefix_match_unit": None,
         },
-        "parallel": {**_section_defaults(ctx, "ParallelConfig"), "tensor_parallel_size": tp, "pipeline_parallel_size":
-                     ctx.flags.get("pipeline_parallel_size") or 1,
+        "parallel": {**_section_defaults(ctx, "ParallelConfig"), "tensor_parallel_size": inp.tp,
+                     "pipeline_parallel_size": ctx.flags.get("pipeline_parallel_size") or 1,
                      "decode_context_parallel_size": 1, "data_parallel_size": 1},
         "scheduler": {**_section_defaults(ctx, "SchedulerConfig"), "enable_chunked_prefill": True,
                       "max_num_batched_tokens": ctx.flags.get("max_num_batched_tokens") or 8192,
                       "max_num_seqs": ctx.flags.get("max_num_seqs") or 256},
-        "backend": {"base": base, "multiple": multiple, "name": backend_name, "sizes": sizes},
+        "backend": {"base": inp.base, "multiple": inp.multiple, "name": inp.backend_name,
+                    "sizes": inp.sizes},
     }
     if cache_defaults and "mamba_cache_mode" not in cache_defaults:
         del params["cache"]["mamba_cache_mode"]  # the release has no such field
+    return params
 
+
+def _build_calls(ctx: RecipeContext, model: _Model, inp: _Inputs) -> _Calls:
+    """The calls in the engine's order: geometry, hooks, mamba-state functions, alignment."""
+    mc_cls, convertor = model.mc_cls, inp.convertor
     vc = Py("vc()")
     calls: list[Call] = []
     if convertor:
@@ -497,43 +601,52 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
     calls.append(Call(f"{mc_cls}.get_head_size", self_attrs=mc_attrs))
     # the engine's order: the architecture's MODELS_CONFIG_MAP hook, the hybrid hook (which
     # is the alignment itself up to vLLM 0.23), then the platform's alignment (0.24 on)
-    hooks = [h for h in (_hook_for(ctx, arch),
+    hooks = [h for h in (_hook_for(ctx, model.arch),
                          find_method(ctx, f"{MODEL_HOOKS}:HybridAttentionMambaModelConfig",
-                                     "verify_and_update_config")) if h and h != align]
+                                     "verify_and_update_config")) if h and h != model.align]
     # targets only so that the slice holds them (their answers are not reported)
     extra = [Call(f"{mc_cls}.{m}", self_attrs=mc_attrs)
-             for m in _model_config_methods(ctx, mc_cls, hooks + [align])
+             for m in _model_config_methods(ctx, mc_cls, hooks + [model.align])
              if m not in ("get_num_kv_heads", "get_head_size")]
-    if platform_style:
-        extra.append(Call(f"{base}.get_supported_kernel_block_sizes"))
+    if model.platform_style:
+        extra.append(Call(f"{inp.base}.get_supported_kernel_block_sizes"))
     calls += extra
     calls += [Call(h, args={"vllm_config": vc}) for h in hooks]
     first_shape_call = len(calls)
-    calls += [Call(f"{model_cls}.{m}", args={"vllm_config": vc})
+    calls += [Call(f"{inp.state_cls}.{m}", args={"vllm_config": vc})
               for m in ("get_mamba_state_shape_from_config", "get_mamba_state_dtype_from_config")]
-    watch = Py(f"watch_locals({align_info.name!r}, vc())")
+    watch = Py(f"watch_locals({model.align_name!r}, vc())")
     align_args: dict[str, Any] = {"vllm_config": watch}
-    if platform_style:
+    if model.platform_style:
         align_args["backend_cls"] = Py("backend()")
-    calls.append(Call(align, args=align_args))
+    calls.append(Call(model.align, args=align_args))
+    return _Calls(calls=calls, hooks=hooks, extra_targets={c.target for c in extra},
+                  first_shape_call=first_shape_call)
 
+
+def _run_child(ctx: RecipeContext, cfg: dict[str, Any], inp: _Inputs,
+               plan: _Calls) -> list[RunResult]:
+    """One sandboxed child with real torch; any reported call that raised is an error."""
     stubs = {"get_layers_from_vllm_config": "layers_of",
              "ModelRegistry": "ns(resolve_model_cls=lambda arch, model_config=None: "
                               "(attr(PARAMS['model_cls']), arch), "
                               "_normalize_arch=lambda arch, model_config=None: arch)",
              "set_current_vllm_config": "NullContext",
              "current_platform": "AssumedCudaGPU(PARAMS['gpu'])"}
-    with child_helpers(params, _CHILD) as helpers:
+    with child_helpers(inp.params, _CHILD) as helpers:
         try:
-            results = run_calls(ctx.snapshot, calls, config=cfg, stubs=stubs, stub_file=helpers,
-                                real=["torch"], timeout=120)
+            results = run_calls(ctx.snapshot, plan.calls, config=cfg, stubs=stubs,
+                                stub_file=helpers, real=["torch"], timeout=120)
         except RunFailed as err:
             raise ReconError(f"{NAME}: {err}") from err
-    extra_targets = {c.target for c in extra}
-    for c, r in zip(calls, results, strict=True):
-        if r.error is not None and c.target not in extra_targets:
+    for c, r in zip(plan.calls, results, strict=True):
+        if r.error is not None and c.target not in plan.extra_targets:
             raise ReconError(f"{NAME}: {r.target} raised {r.error.line()}")
+    return results
 
+
+def _read_back(plan: _Calls, results: list[RunResult], params: dict[str, Any]) -> _ReadBack:
+    """The alignment's events: config writes applied to the cache section, locals, logs."""
     events = child_events(results[-1].stdout)
     cache = dict(params["cache"])
     for ev in events:
@@ -541,10 +654,15 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
             cache[ev["attr"]] = ev["value"]
     local_vals: dict[str, Any] = next((ev["values"] for ev in events if ev["kind"] == "locals"), {})
     logs = [ev["message"] for ev in events if ev["kind"] == "log"]
+    return _ReadBack(results=results, events=events, cache=cache, local_vals=local_vals,
+                     logs=logs)
 
-    by_target = {c.target: r for c, r in zip(calls, results, strict=True)}
-    shapes = results[first_shape_call].value
-    dtypes = results[first_shape_call + 1].value
+
+def _values(res: RecipeResult, model: _Model, inp: _Inputs, plan: _Calls,
+            rb: _ReadBack) -> None:
+    """Block size, page sizes and padding as the release computed them, then the geometry."""
+    cache, local_vals, results = rb.cache, rb.local_vals, rb.results
+    by_target = {c.target: r for c, r in zip(plan.calls, results, strict=True)}
     v = res.values
     v["attention block size (tokens)"] = cache["block_size"]
     if "mamba_page_size" in local_vals:
@@ -567,27 +685,36 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
     if "mamba_cache_mode" in cache:
         v["mamba cache mode"] = cache["mamba_cache_mode"]
     v["mamba block size"] = cache.get("mamba_block_size")
-    v["mamba state shapes (per GPU)"] = shapes
-    v["mamba state dtypes"] = dtypes
-    v["KV heads per GPU"] = by_target[f"{mc_cls}.get_num_kv_heads"].value
-    v["head size"] = by_target[f"{mc_cls}.get_head_size"].value
-    if cache.get("mamba_ssm_cache_dtype") != params["cache"]["mamba_ssm_cache_dtype"]:
+    v["mamba state shapes (per GPU)"] = results[plan.first_shape_call].value
+    v["mamba state dtypes"] = results[plan.first_shape_call + 1].value
+    v["KV heads per GPU"] = by_target[f"{model.mc_cls}.get_num_kv_heads"].value
+    v["head size"] = by_target[f"{model.mc_cls}.get_head_size"].value
+    if cache.get("mamba_ssm_cache_dtype") != inp.params["cache"]["mamba_ssm_cache_dtype"]:
         v["mamba ssm cache dtype (set by the release)"] = cache["mamba_ssm_cache_dtype"]
-    res.inputs = {"dtype": dtype, "kv_cache_dtype": params["cache"]["cache_dtype"],
-                  "tensor_parallel_size": tp, "enable_prefix_caching": prefix,
-                  "block_size (before alignment)": block, "num_speculative_tokens": k}
-    writes = [[ev["obj"], ev["attr"], ev["value"]] for ev in events if ev["kind"] == "set"]
+
+
+def _tables(res: RecipeResult, model: _Model, inp: _Inputs, rb: _ReadBack) -> None:
+    """The inputs used, what the release wrote into the config, and the alignment's locals."""
+    res.inputs = {"dtype": inp.dtype, "kv_cache_dtype": inp.params["cache"]["cache_dtype"],
+                  "tensor_parallel_size": inp.tp, "enable_prefix_caching": inp.prefix,
+                  "block_size (before alignment)": inp.block, "num_speculative_tokens": inp.k}
+    writes = [[ev["obj"], ev["attr"], ev["value"]] for ev in rb.events if ev["kind"] == "set"]
     if writes:
         res.tables.append(Table("what the release wrote into the config", ["section", "field",
                                                                           "value"], writes))
-    if local_vals:
-        res.tables.append(Table(f"locals of {align_info.name} at return", ["name", "value"],
-                                [[k2, val] for k2, val in local_vals.items()
+    if rb.local_vals:
+        res.tables.append(Table(f"locals of {model.align_name} at return", ["name", "value"],
+                                [[k2, val] for k2, val in rb.local_vals.items()
                                  if not k2.startswith("_")]))
 
-    if user_block is not None and cache["block_size"] != user_block:
-        res.findings.append(Finding("info", f"--block-size {user_block} is overridden: the release "
-                                            f"raises it to {cache['block_size']} tokens"))
+
+def _findings(res: RecipeResult, inp: _Inputs, rb: _ReadBack) -> None:
+    """Overridden block size, shared pool, heavy padding, align mode and the release's logs."""
+    cache, local_vals = rb.cache, rb.local_vals
+    padded = cache.get("mamba_page_size_padded")
+    if inp.user_block is not None and cache["block_size"] != inp.user_block:
+        res.findings.append(Finding("info", f"--block-size {inp.user_block} is overridden: the "
+                                            f"release raises it to {cache['block_size']} tokens"))
     attn_page = local_vals.get("attn_page_size")
     if attn_page is not None and (padded == attn_page or attn_page == local_vals.get("mamba_page_size")):
         res.findings.append(Finding("ok", f"attention page {attn_page} bytes == (padded) mamba page: "
@@ -600,35 +727,34 @@ def run_sliced(ctx: RecipeContext) -> RecipeResult:
         res.findings.append(Finding("info", f"align mode: mamba_block_size = {cache.get('mamba_block_size')} "
                                             "tokens, the divisor of the running-state column "
                                             "(see vllm-mamba-align-column)"))
-    res.findings += [Finding("info", f"the release logged: {m}") for m in logs]
-    if not logs:
+    res.findings += [Finding("info", f"the release logged: {m}") for m in rb.logs]
+    if not rb.logs:
         res.findings.append(Finding("info", "the release logged nothing: pages already aligned"))
 
-    res.provenance = provenance_of(ctx, [align] + hooks + [
-        q for q in (find_method(ctx, model_cls, "get_mamba_state_shape_from_config"),
-                    find_method(ctx, model_cls, "get_mamba_state_dtype_from_config")) if q]
-        + [f"{mc_cls}.get_num_kv_heads", f"{mc_cls}.get_head_size"])
-    res.notes.append(f"GPU assumed: CUDA sm{gpu} (what current_platform answers; --set gpu=sm80 "
-                     "for A100, sm100 for B200)")
-    if platform_style:
-        res.notes.append(f"attention backend assumed: {backend_name}, kernel block sizes "
-                         f"{[f'MultipleOf({n})' if kind == 'multiple' else n for kind, n in sizes]} "
-                         f"from {sizes_from}")
+
+def _notes(res: RecipeResult, model: _Model, inp: _Inputs, rb: _ReadBack) -> None:
+    """The assumptions the answer stands on: GPU, backend, checkpoints, block size, stubs."""
+    res.notes.append(f"GPU assumed: CUDA sm{inp.gpu} (what current_platform answers; --set "
+                     "gpu=sm80 for A100, sm100 for B200)")
+    if model.platform_style:
+        shown = [f"MultipleOf({n})" if kind == "multiple" else n for kind, n in inp.sizes]
+        res.notes.append(f"attention backend assumed: {inp.backend_name}, kernel block sizes "
+                         f"{shown} from {inp.sizes_from}")
+        alignment = inp.params["checkpoint_alignment"]
         res.notes.append("mamba layers export prefill checkpoints every "
-                         f"{params['checkpoint_alignment']} tokens" if params["checkpoint_alignment"]
+                         f"{alignment} tokens" if alignment
                          else "mamba layers assumed not to export in-prefill checkpoints (Triton "
                               "GDN prefill); --set mamba_checkpoint_alignment=N for FlashInfer's")
-    if user_block is None:
+    if inp.user_block is None:
         res.notes.append("block size before alignment: the release's CacheConfig default "
-                         + (f"({default_block})" if default_block is not None else
+                         + (f"({inp.default_block})" if inp.default_block is not None else
                             "(unset: the alignment picks it)"))
-    if dtype_note:
-        res.notes.append(dtype_note)
-    if delegation_note:
-        res.notes.append(delegation_note)
-    assumptions = {a["what"] + " at " + a["site"] for r in results for a in r.assumptions}
+    if inp.dtype_note:
+        res.notes.append(inp.dtype_note)
+    if inp.delegation_note:
+        res.notes.append(inp.delegation_note)
+    assumptions = {a["what"] + " at " + a["site"] for r in rb.results for a in r.assumptions}
     res.notes += sorted(f"stub assumption: {a}" for a in assumptions)
-    return res
 
 
 register(Recipe(

@@ -271,6 +271,7 @@ def _compare(ctx: RecipeContext, setup: Setup) -> ReleaseAnswer | None:
 
 
 def run(ctx: RecipeContext) -> RecipeResult:
+    """The running-state column for each prefix, in this release and an optional second one."""
     if ADD not in ctx.index.functions:
         raise NotApplicable(_what_is_there(ctx))
     setup = _setup(ctx)
@@ -281,6 +282,22 @@ def run(ctx: RecipeContext) -> RecipeResult:
                   setup.mamba_block_size, "cache_config.block_size": setup.cache_block_size,
                   "max_model_len": setup.max_model_len, "num_speculative_tokens": setup.k}
     answers = [main] + ([other] if other else [])
+    _values(res, setup, main, answers)
+    res.tables.append(_column_table(setup, answers))
+    _findings(res, setup, main, other, answers)
+    res.notes += [f"{k} from {v}" for k, v in setup.sources.items()]
+    res.notes += setup.notes
+    res.notes.append("row width: MambaSpec.max_num_blocks_per_req in align mode (the V2 runner "
+                     "sizes the mamba group's block table with it; no token alignment for mamba "
+                     "groups)")
+    res.notes += sorted({n for a in answers for n in a.notes})
+    res.provenance = main.provenance + (other.provenance if other else [])
+    return res
+
+
+def _values(res: RecipeResult, setup: Setup, main: ReleaseAnswer,
+            answers: list[ReleaseAnswer]) -> None:
+    """Each release's divisor and row width (and its column when one prefix was asked)."""
     for a in answers:
         tag = "" if a is main else f" ({a.release})"
         res.values[f"divisor{tag}"] = (
@@ -290,6 +307,10 @@ def run(ctx: RecipeContext) -> RecipeResult:
         res.values[f"mamba block-table row width{tag}"] = a.row_width
         if len(setup.prefixes) == 1:
             res.values[f"running-state column{tag}"] = a.columns[setup.prefixes[0]]
+
+
+def _column_table(setup: Setup, answers: list[ReleaseAnswer]) -> Table:
+    """One row per prefix: each release's column, divisor, row width and verdict."""
     rows = []
     for n in setup.prefixes:
         row: list[Any] = [n]
@@ -301,8 +322,13 @@ def run(ctx: RecipeContext) -> RecipeResult:
     cols = ["prefix tokens N"]
     for a in answers:
         cols += [f"column ({a.release})", "divisor", "row width", "verdict"]
-    res.tables.append(Table("running mamba state column = (N - 1) // divisor, against the mamba "
-                            "group's block-table row", cols, rows))
+    return Table("running mamba state column = (N - 1) // divisor, against the mamba "
+                 "group's block-table row", cols, rows)
+
+
+def _findings(res: RecipeResult, setup: Setup, main: ReleaseAnswer, other: ReleaseAnswer | None,
+              answers: list[ReleaseAnswer]) -> None:
+    """A column outside its row is an error; then whether the two releases agree."""
     for a in answers:
         for n, col in a.columns.items():
             if not 0 <= col < a.row_width:
@@ -332,14 +358,6 @@ def run(ctx: RecipeContext) -> RecipeResult:
         res.notes.append("cache_config.block_size == mamba_block_size here, so releases that "
                          "divide by either field agree; --set cache_block_size=16 shows where "
                          "they part")
-    res.notes += [f"{k} from {v}" for k, v in setup.sources.items()]
-    res.notes += setup.notes
-    res.notes.append("row width: MambaSpec.max_num_blocks_per_req in align mode (the V2 runner "
-                     "sizes the mamba group's block table with it; no token alignment for mamba "
-                     "groups)")
-    res.notes += sorted({n for a in answers for n in a.notes})
-    res.provenance = main.provenance + (other.provenance if other else [])
-    return res
 
 
 register(Recipe(
