@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -199,12 +201,42 @@ def test_one_unavailable_wheel_costs_one_more_pip_call(tmp_path: Path) -> None:
     for name in ("alpha", "beta", "gamma"):
         _tiny_wheel(index, name)
     args = ["download", "--no-deps", "--no-index", "--find-links", str(index), "-d", str(dest)]
-    env._batch(args, ["alpha", "no-such-project>=1", "beta", "gamma[x]"], log)
+
+    def download(specs: list[str]) -> subprocess.CompletedProcess[str]:
+        return env._pip([*args, *specs], log)
+
+    env._batch(download, ["alpha", "no-such-project>=1", "beta", "gamma[x]"])
     assert sorted(p.name.split("-")[0] for p in dest.iterdir()) == ["alpha", "beta", "gamma"]
     assert log.read_text().count("$ ") == 2
     # a failure pip does not pin on one spec: each spec alone, so the others still arrive
-    env._batch([*args, "--no-such-option"], ["alpha"], log)
+    env._batch(lambda specs: env._pip([*args, "--no-such-option", *specs], log), ["alpha"])
     assert log.read_text().count("$ ") == 4
+
+
+@pytest.mark.parametrize("uv", [True, False], ids=["uv", "pip"])
+def test_installer_installs_what_the_wheelhouse_has(tmp_path: Path, uv: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both installers put the wheels the wheelhouse has into the environment (bytecode
+    compiled, as pip does), skip the one it lacks after one retry, and touch nothing else."""
+    if not uv:
+        monkeypatch.setattr(env, "_uv", lambda: None)
+    elif env._uv() is None:
+        pytest.fail("uv is a dependency of recon and must be installed")
+    house, venv, log = tmp_path / "wheelhouse", tmp_path / "venv", tmp_path / "pip.log"
+    house.mkdir()
+    for name in ("alpha", "beta"):
+        _tiny_wheel(house, name)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    inst = env._Installer(venv / "bin" / "python", house, log)
+    assert inst.run(["alpha", "no-such-project", "beta"]).returncode != 0
+    env._batch(inst.run, ["alpha", "no-such-project", "beta"])
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert sorted(p.name for p in site.glob("*.dist-info")) == ["alpha-1.0.dist-info",
+                                                               "beta-1.0.dist-info"]
+    assert log.read_text().count("$ ") == 3
+    assert (log.read_text().count("uv pip install") > 0) == uv
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["wheelhouse", "venv", "pip.log"] + (["uv-cache"] if uv else []))
 
 
 def test_requirements_follow_markers_and_skip_gpu_only() -> None:

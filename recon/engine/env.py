@@ -21,8 +21,8 @@ Requirements are installed with ``--no-deps`` and the closure is walked by
 recon (each installed distribution's own ``Requires-Dist``, same exclusions),
 so pip never resolves a CUDA torch or triton in behind the table. Wheels are
 downloaded once into a shared wheelhouse and installed with ``--no-index``
-from it, so a second release is fast and an offline machine with the wheels
-cached works.
+from it (by uv where installed, else pip), so a second release is fast and an
+offline machine with the wheels cached works.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ import sysconfig
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from email.parser import Parser
 from importlib import metadata
@@ -185,46 +186,98 @@ def _dist_version(name: str) -> str | None:
 
 
 def _pip(args: list[str], log: Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    return _logged([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], log)
+
+
+def _logged(cmd: list[str], log: Path, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    """Run one installer command; its whole output goes to the environment's ``pip.log``."""
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False,  # noqa: S603
+                          env=None if env is None else {**os.environ, **env})
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}\n")
     return done
 
 
-def _install(python: Path, specs: list[str], wheelhouse: Path, log: Path) -> None:
-    """Install from the wheelhouse alone, no deps; download into it only what it lacks."""
-    if not specs:
-        return
-    base = ["--python", str(python), "install", "--no-deps", "--no-index", "--find-links",
-            str(wheelhouse), "--only-binary", ":all:"]
-    if _pip([*base, *specs], log).returncode == 0:
-        return
-    _batch(["download", "--no-deps", "--only-binary", ":all:", "-d", str(wheelhouse)], specs, log)
-    _batch(base, specs, log)
+def _uv() -> str | None:
+    """uv's binary, when the ``uv`` package is installed beside recon.
+
+    It installs a release's hundred wheels from the wheelhouse, bytecode compiled, in
+    about a third of pip's time (docs/benchmarks.md), which is most of a first use.
+    pip stays the downloader (uv has no download-only mode) and the fallback.
+    """
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        return str(find_uv_bin())
+    return None
 
 
-#: pip's words for the one requirement that stopped a whole batch
-_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+def installer() -> str:
+    """What installs the environments' wheels: ``uv <version>`` or ``pip``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"uv {version('uv')}" if _uv() else "pip"
+    except PackageNotFoundError:
+        return "pip"
 
 
-def _batch(args: list[str], specs: list[str], log: Path) -> None:
-    """pip over ``specs`` in one call; a spec pip names as unavailable is dropped and the rest
-    retried, so one missing wheel neither blocks the batch nor costs a call per spec (a call
-    asks the index again: seconds each, for a hundred specs on a fresh machine)."""
+class _Installer:
+    """Installs into one environment from the wheelhouse alone, never from the index."""
+
+    def __init__(self, python: Path, wheelhouse: Path, log: Path) -> None:
+        self.wheelhouse, self.log = wheelhouse, log
+        flags = ["--no-deps", "--no-index", "--find-links", str(wheelhouse), "--only-binary",
+                 ":all:"]
+        uv = _uv()
+        if uv is None:
+            self.cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python",
+                        str(python), "install", *flags]
+            self.env: dict[str, str] | None = None
+        else:  # its cache under recon's own folder, no user configuration read
+            self.cmd = [uv, "pip", "install", "--python", str(python), *flags,
+                        "--compile-bytecode"]
+            self.env = {"UV_CACHE_DIR": str(wheelhouse.parent / "uv-cache"), "UV_NO_CONFIG": "1",
+                        "UV_PYTHON_DOWNLOADS": "never"}
+
+    def run(self, specs: list[str]) -> subprocess.CompletedProcess[str]:
+        return _logged([*self.cmd, *specs], self.log, self.env)
+
+    def install(self, specs: list[str]) -> None:
+        """Install ``specs``; download into the wheelhouse only what it lacks."""
+        if not specs or self.run(specs).returncode == 0:
+            return
+        download = ["download", "--no-deps", "--only-binary", ":all:", "-d", str(self.wheelhouse)]
+        _batch(lambda some: _pip([*download, *some], self.log), specs)
+        _batch(self.run, specs)
+
+
+#: the words pip and uv use for the one requirement that stopped a whole batch
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)"
+                       r"|Because (?:there is no version of )?([A-Za-z0-9][\w.-]*)")
+
+
+def _batch(call: Callable[[list[str]], subprocess.CompletedProcess[str]],
+           specs: list[str]) -> None:
+    """``call`` over all ``specs`` at once; a spec named as unavailable is dropped and the rest
+    retried, so one missing wheel neither blocks the batch nor costs a call per spec (a pip
+    call asks the index again: seconds each, for a hundred specs on a fresh machine)."""
     left = list(specs)
     while left:
-        done = _pip([*args, *left], log)
+        done = call(left)
         if done.returncode == 0:
             return
-        named = _NO_MATCH.findall(done.stderr)
+        named = [a or b for a, b in _NO_MATCH.findall(done.stderr)]
         failed = {canonicalize_name(_name_of(n)) for n in named}
         keep = [s for s in left if canonicalize_name(_name_of(s)) not in failed]
         if not named or len(keep) == len(left):
-            break  # a failure pip did not pin on one spec: one by one below
+            break  # a failure not pinned on one spec: one by one below
         left = keep
     for spec in left:
-        _pip([*args, spec], log)
+        call([spec])
 
 
 def _name_of(spec: str) -> str:
@@ -335,6 +388,7 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
     site = _site(staging)
     paths = [str(site), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     log = staging / "pip.log"
+    inst = _Installer(staging / "bin" / "python", wheelhouse, log)
     skipped: dict[str, str] = {}
     wanted = []
     for req in reqs:
@@ -350,12 +404,11 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
         missing = _missing(paths, wanted, skipped)
         if not missing:
             break
-        _install(staging / "bin" / "python", [_plain(r) for r in missing], wheelhouse, log)
+        inst.install([_plain(r) for r in missing])
     if missing:  # rounds ran out on a conflict: the requirements of the release's pins win
-        _install(staging / "bin" / "python", [_plain(r) for r in _of_pins(paths, wanted)],
-                 wheelhouse, log)
+        inst.install([_plain(r) for r in _of_pins(paths, wanted)])
     matched = _torch_matched(staging / "bin" / "python", log)
-    _install(staging / "bin" / "python", matched, wheelhouse, log)
+    inst.install(matched)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
                        metadata.distributions(path=[str(site)]))
     record: dict[str, object] = {
@@ -364,6 +417,7 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
         "not_installed": dict(sorted(skipped.items())),
         "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
         "torch": _dist_version("torch"), "python": sys.version.split()[0],
+        "installer": installer(),
         "built_seconds": round(time.monotonic() - start, 1)}
     (staging / "env.json").write_text(json.dumps(record, indent=1))
     _relocate(staging, root)
