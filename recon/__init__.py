@@ -9,11 +9,10 @@ The Python API is what the CLI calls; notebooks use it directly::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .errors import ReconError, UnsafeArchiveError
 from .snapshot import FileRecord, Snapshot, list_snapshots
 from .verify import Verification, verify_snapshot
+from .version import __version__
 
 
 def snapshot(source: str, **kwargs):  # noqa: ANN201 - re-exported below

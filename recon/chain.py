@@ -25,7 +25,6 @@ from typing import Any
 
 import networkx as nx
 
-from . import __version__
 from .errors import ReconError
 from .graph import Budget, CallGraph, CallSite
 from .index.models import FunctionInfo, split_qualname
@@ -33,6 +32,7 @@ from .index.snapshot_index import SnapshotIndex
 from .paths import snapshots_dir
 from .snapcache import is_recon_snapshot
 from .snapshot import MANIFEST, Snapshot
+from .version import __version__
 from .writer import TreeWriter, commit, staging, write_json, write_text
 
 #: How many paths from --from to --to are listed (shortest first).

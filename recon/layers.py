@@ -38,7 +38,8 @@ from email.parser import HeaderParser
 from typing import IO, cast
 
 from .errors import ReconError, UnsafeArchiveError
-from .sources.base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Image, Layer
+from .sources.base import Image, Layer
+from .sources.entry import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry
 from .sources.streams import Prefixed
 from .writer import TreeWriter, check_link_target, clean_relpath, short
 

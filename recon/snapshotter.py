@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .errors import PackageNotFound, ReconError, UnsafeArchiveError
 from .layers import (
     DEFAULT_PACKAGES,
@@ -48,6 +47,7 @@ from .paths import snapshots_dir
 from .snapshot import FORMAT_VERSION, MANIFEST, Snapshot
 from .sources import open_source
 from .sources.base import Image
+from .version import __version__
 from .writer import (
     NAME_MAX,
     TreeWriter,

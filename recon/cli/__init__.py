@@ -33,7 +33,7 @@ app = typer.Typer(
 def _print_version(value: bool) -> None:
     """Eager, so ``recon --version`` answers before Typer asks for a command."""
     if value:
-        from .. import __version__
+        from ..version import __version__
 
         typer.echo(f"recon {__version__}")
         raise typer.Exit(0)

@@ -24,11 +24,11 @@ import os
 import stat
 from typing import Any
 
-from .. import __version__
 from ..errors import ReconError
 from ..paths import cache_dir
 from ..snapcache import is_recon_snapshot
 from ..snapshot import MANIFEST, Snapshot
+from ..version import __version__
 from ..writer import TreeWriter, commit, staging, write_json
 
 SCHEME = "hotfix"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import ReconError
-from .base import Entry, Image, ImageConfig, Layer
+from .base import Image, ImageConfig, Layer
+from .entry import Entry
 
 SCHEMES = ("docker", "docker-archive", "oci", "oci-archive", "registry", "wheel", "pip", "dir")
 

@@ -17,21 +17,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from ..errors import ReconError
+from .entry import Entry
 from .streams import ReadAhead
-
-FILE, DIR, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
-
-
-@dataclass
-class Entry:
-    """One member of a layer. ``open()`` is valid only while the layer is being iterated."""
-
-    name: str  # path relative to the image root, no leading "/" ("" is the root itself)
-    kind: str  # FILE | DIR | SYMLINK | HARDLINK | OTHER (device, fifo, socket)
-    size: int = 0
-    linkname: str | None = None  # symlink target as stored / hardlink target (root-relative)
-    mode: int = 0o644
-    open: Callable[[], IO[bytes]] | None = None
+from .tarstream import tar_members
 
 
 @dataclass
@@ -277,8 +265,6 @@ def tar_entries(stream: IO[bytes], *, where: str, strip: str = "", prefix: str =
     (the Docker engine's ``get_archive`` names members relative to the folder).
     ``max_layer_size`` caps the decompressed size (decompression bombs).
     """
-    from .tarstream import tar_members
-
     plain = _plain(stream, where)
     try:
         yield from tar_members(plain, where=where, seekable=False, strip=strip, prefix=prefix,
@@ -311,8 +297,6 @@ def seekable_tar_entries(raw: IO[bytes], *, where: str, strip: str = "", prefix:
     archives, a layout's outer tar); a layer with a digest to verify goes
     through :func:`verified_tar_entries`, which must read every byte.
     """
-    from .tarstream import tar_members
-
     yield from tar_members(raw, where=where, seekable=True, strip=strip, prefix=prefix,
                            max_size=max_layer_size, on_offset=on_offset)
 
@@ -349,8 +333,6 @@ def verified_tar_entries(raw: IO[bytes], check: LayerCheck, *, where: str,
     member is skipped.
     """
     from .streams import Digesting, drain
-    from .tarstream import tar_members
-
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(cast(Any, raw), 1 << 20)
     compressed = is_compressed(buffered.peek(4)[:4])  # type: ignore[union-attr]
     checks: list[Digesting] = []

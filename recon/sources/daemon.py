@@ -42,7 +42,8 @@ from typing import Any
 
 from ..errors import ReconError
 from ..locate import DEFAULT_PATH
-from .base import FILE, SYMLINK, Entry, Image, ImageConfig, Layer, tar_entries
+from .base import Image, ImageConfig, Layer, tar_entries
+from .entry import FILE, SYMLINK, Entry
 
 CONTAINER_LABEL = "io.recon.snapshot"  # on the created container; its value is the image ref
 #: who created it: "host:pid:start" of the recon process (start: its start time in clock ticks)

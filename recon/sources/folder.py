@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ReconError
-from .base import DIR, FILE, OTHER, SYMLINK, Entry, Image, Layer
+from .base import Image, Layer
+from .entry import DIR, FILE, OTHER, SYMLINK, Entry
 
 SITE = "site-packages"
 

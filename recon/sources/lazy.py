@@ -56,7 +56,8 @@ from typing import IO, Any, Protocol
 
 from ..blobcache import BlobCache, Tee, check_digest, digest_of
 from ..errors import ReconError, UnsafeArchiveError
-from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry, Layer, layer_cap
+from .base import Layer, layer_cap
+from .entry import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry
 from .streams import Bounded, CountingReader
 from .tarstream import _check_name
 

@@ -43,7 +43,8 @@ from typing import IO, Any, cast
 from ..blobcache import BlobCache, DigestMismatch, Tee, check_digest, digest_of
 from ..errors import ReconError
 from .auth import DOCKER_HUB, Authenticator, is_loopback
-from .base import Entry, Image, ImageConfig, Layer
+from .base import Image, ImageConfig, Layer
+from .entry import Entry
 from .lazy import LazyLayer, lazy_format
 from .oci import (
     DOCKER_SCHEMA1,
@@ -595,7 +596,8 @@ class RemoteLayer(Layer):
                     isinstance(doc.get("records"), list):
                 yield from self._from_listing(doc["records"])
                 return
-        from .base import FILE, LayerCheck, verified_tar_entries
+        from .base import LayerCheck, verified_tar_entries
+        from .entry import FILE
         from .streams import CountingReader
 
         def on_read(n: int) -> None:
@@ -627,7 +629,7 @@ class RemoteLayer(Layer):
     def _from_listing(self, records: list[list[Any]]) -> Iterator[Entry]:
         """Entries from the listing; a file comes from the cache if an earlier read kept it,
         else from decompressing the blob forwards only as far as that file."""
-        from .base import FILE
+        from .entry import FILE
 
         if self.max_layer_size is not None and sum(int(r[2]) for r in records) > self.max_layer_size:
             from ..errors import UnsafeArchiveError

@@ -32,7 +32,7 @@ from functools import partial
 from typing import IO
 
 from ..errors import ReconError, UnsafeArchiveError
-from .base import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry
+from .entry import DIR, FILE, HARDLINK, OTHER, SYMLINK, Entry
 from .streams import Bounded, stream_error
 
 BLOCK = 512

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ReconError, UnsafeArchiveError
-from .base import DIR, FILE, Entry, Image, Layer, layer_cap, max_ratio_default
+from .base import Image, Layer, layer_cap, max_ratio_default
+from .entry import DIR, FILE, Entry
 
 SITE = "site-packages"
 MAX_MEMBERS = 250_000  # the largest wheels (torch) hold ~20k files; zipfile keeps every entry in memory
