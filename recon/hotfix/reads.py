@@ -18,7 +18,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ..slicing.names import LocalImport, needs_of_exprs, needs_of_function, needs_of_statement
+from ..slicing.names import (
+    LocalImport,
+    attribute_chain,
+    needs_of_exprs,
+    needs_of_function,
+    needs_of_statement,
+)
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -124,7 +130,7 @@ def attribute_chains(node: ast.AST, self_name: str | None,
     for sub in ast.walk(node):
         if not isinstance(sub, ast.Attribute):
             continue
-        root, chain = _chain(sub)
+        root, chain = attribute_chain(sub)
         if isinstance(root, ast.Name) and root.id == self_name:
             key = ("self", chain)
         elif isinstance(root, ast.Call) and isinstance(root.func, ast.Name) \
@@ -161,12 +167,3 @@ def call_sites(node: ast.AST, self_name: str | None, free: set[str]) -> list[Cal
         out.append(CallSite(root, method, sub.lineno, len(sub.args), tuple(
             k.arg for k in sub.keywords if k.arg is not None), star))
     return out
-
-
-def _chain(node: ast.Attribute) -> tuple[ast.expr, tuple[str, ...]]:
-    parts: list[str] = []
-    cur: ast.expr = node
-    while isinstance(cur, ast.Attribute):
-        parts.append(cur.attr)
-        cur = cur.value
-    return cur, tuple(reversed(parts))

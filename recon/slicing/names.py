@@ -168,7 +168,8 @@ def _is_self_like(node: ast.expr, visible: frozenset[str]) -> bool:
     return False
 
 
-def _chain_of(node: ast.Attribute) -> tuple[ast.expr, tuple[str, ...]]:
+def attribute_chain(node: ast.Attribute) -> tuple[ast.expr, tuple[str, ...]]:
+    """``a.b.c`` -> (the ``a`` node, ("b", "c")): the root an attribute path hangs from."""
     parts: list[str] = []
     cur: ast.expr = node
     while isinstance(cur, ast.Attribute):
@@ -311,7 +312,7 @@ class _Collector:
     def _attribute(self, node: ast.Attribute, visible: frozenset[str]) -> ast.expr | None:
         """Record an attribute chain whole; the root still to walk, or None for a name root."""
         self.needs.attrs.add(node.attr)
-        root, chain = _chain_of(node)
+        root, chain = attribute_chain(node)
         for part in chain:
             self.needs.attrs.add(part)
         if _is_self_like(root, visible):
