@@ -75,3 +75,16 @@ def test_int_lists_and_sglang_names() -> None:
 def test_malformed_values_are_clear_errors(line: str, message: str) -> None:
     with pytest.raises(ReconError, match=message):
         parse_flags(line)
+
+
+def test_integer_options_read_one_way_in_every_recipe() -> None:
+    """``--set k=8`` and ``k=8.0`` are the same integer for every recipe; anything else is a
+    clear error (two readings once disagreed on ``"2.0"``)."""
+    from recon.errors import ReconError
+    from recon.recipes.options import opt_int
+
+    assert [opt_int({"k": v}, "k") for v in (8, "8", "8.0", 8.0)] == [8, 8, 8, 8]
+    assert opt_int({}, "k", 3) == 3 and opt_int({"k": None}, "k", 3) == 3
+    for bad in ("2.5", 2.5, True, "eight", [8]):
+        with pytest.raises(ReconError, match="--set k: expected an integer"):
+            opt_int({"k": bad}, "k")

@@ -458,64 +458,6 @@ def functions_named(ctx: RecipeContext, local_name: str, *, module: str | None =
 
 # -- options and provenance -----------------------------------------------------------------
 
-def opt_int(options: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
-    """An integer ``--set`` option (clear error for anything else)."""
-    if key not in options or options[key] is None:
-        return default
-    value = options[key]
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ReconError(f"--set {key}: expected an integer, got {value!r}")
-    try:
-        return int(value)
-    except ValueError as err:
-        raise ReconError(f"--set {key}: expected an integer, got {value!r}") from err
-
-
-def opt_ints(options: Mapping[str, Any], key: str) -> list[int] | None:
-    """An integer-list ``--set`` option: JSON ``[1,2]`` or ``1,2``."""
-    if key not in options or options[key] is None:
-        return None
-    value = options[key]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, str):
-        value = [v for v in value.replace(",", " ").split() if v]
-    if not isinstance(value, list):
-        raise ReconError(f"--set {key}: expected a list of integers, got {value!r}")
-    out = []
-    for item in value:
-        try:
-            if isinstance(item, bool):
-                raise ValueError(item)
-            out.append(int(item))
-        except (TypeError, ValueError) as err:
-            raise ReconError(f"--set {key}: expected a list of integers, got {value!r}") from err
-    return out
-
-
-def opt_bools(options: Mapping[str, Any], key: str) -> list[bool] | None:
-    """A boolean-list ``--set`` option: JSON ``[true,false]`` or ``1,0``."""
-    if key not in options or options[key] is None:
-        return None
-    value = options[key]
-    if isinstance(value, bool):
-        return [value]
-    if isinstance(value, str):
-        value = [v for v in value.replace(",", " ").split() if v]
-    if not isinstance(value, list):
-        raise ReconError(f"--set {key}: expected a list of booleans, got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            out.append(v)
-        elif str(v).lower() in ("1", "true", "yes"):
-            out.append(True)
-        elif str(v).lower() in ("0", "false", "no"):
-            out.append(False)
-        else:
-            raise ReconError(f"--set {key}: expected booleans, got {value!r}")
-    return out
-
 
 def provenance_of(ctx: RecipeContext, qualnames: list[str]) -> list[Provenance]:
     """Provenance (file:line, sha256 of the definition) of each qualname, in order, once."""

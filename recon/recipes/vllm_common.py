@@ -25,7 +25,7 @@ release's own code.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -325,12 +325,6 @@ def has(ctx: RecipeContext, qualname: str) -> bool:
     return qualname in ctx.index.functions
 
 
-
-
-
-
-
-
 def source_of(ctx: RecipeContext, qualname: str) -> str:
     """The source text of one function of the release."""
     fn = ctx.index.functions[qualname]
@@ -362,33 +356,6 @@ def ran_provenance(ctx: RecipeContext, results: Iterable[Any]) -> list[Provenanc
                        Provenance(f"{piece.module}:{piece.what}", piece.file, piece.start,
                                   piece.sha256))
     return out
-
-
-def opt_int(options: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
-    """An integer ``--set`` option (clear error for a word)."""
-    value = options.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ReconError(f"--set {key}: expected an integer, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError as err:
-        raise ReconError(f"--set {key}: expected an integer, got {value!r}") from err
-    if number != int(number):
-        raise ReconError(f"--set {key}: expected an integer, got {value!r}")
-    return int(number)
-
-
-def opt_float(options: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
-    """A number ``--set`` option (clear error for a word)."""
-    value = options.get(key, default)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError) as err:
-        raise ReconError(f"--set {key}: expected a number, got {value!r}") from err
 
 
 def speculative_tokens(ctx: RecipeContext) -> tuple[int, str | None]:

@@ -52,14 +52,13 @@ from ..hybrid_common import (
     module_dict,
     registry_model_class,
 )
+from ..options import opt_float, opt_int
 from ..registry import register
 from ..vllm_common import (
     BASE_STUBS,
     defaulted,
     helper_file,
     logged,
-    opt_float,
-    opt_int,
     params_of,
     ran_provenance,
     speculative_tokens,

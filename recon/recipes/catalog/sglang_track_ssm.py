@@ -30,16 +30,8 @@ from typing import Any
 from ...errors import ReconError
 from ...slicing import Call, Py, RunFailed, RunResult, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
-from ..hybrid_common import (
-    child_events,
-    child_helpers,
-    find_method,
-    functions_named,
-    opt_bools,
-    opt_int,
-    opt_ints,
-    provenance_of,
-)
+from ..hybrid_common import child_events, child_helpers, find_method, functions_named, provenance_of
+from ..options import opt_bools, opt_int, opt_ints
 from ..registry import register
 
 NAME = "sglang-track-ssm"

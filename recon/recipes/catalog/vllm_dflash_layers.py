@@ -35,7 +35,8 @@ from typing import Any
 from ...errors import ReconError
 from ...slicing import Call, Py, RunFailed, run_calls
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
-from ..hybrid_common import functions_named, opt_int, provenance_of
+from ..hybrid_common import functions_named, provenance_of
+from ..options import opt_int
 from ..registry import register
 
 NAME = "vllm-dflash-layers"

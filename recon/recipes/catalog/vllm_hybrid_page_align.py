@@ -68,12 +68,11 @@ from ..hybrid_common import (
     model_dtype,
     module_dict,
     mro,
-    opt_int,
-    opt_ints,
     provenance_of,
     registry_class,
     registry_model_class,
 )
+from ..options import opt_int, opt_ints
 from ..registry import register
 
 NAME = "vllm-hybrid-page-align"

@@ -39,11 +39,11 @@ from ...slicing import Call, Py, run_calls
 from ...snapshot import Snapshot
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..flags import ServeFlags
+from ..options import opt_int
 from ..registry import register
 from ..vllm_common import (
     BASE_STUBS,
     helper_file,
-    opt_int,
     params_of,
     ran_provenance,
     source_of,
