@@ -39,6 +39,7 @@ import networkx as nx
 from .index.models import FunctionInfo, split_qualname
 from .index.resolve import Ref, Resolver, dotted
 from .index.snapshot_index import SnapshotIndex
+from .index.visitor import value_hint
 
 MODULE_NODE = "<module>"
 CONSTRUCTORS = ("__init__", "__post_init__")
@@ -491,7 +492,7 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
             for name, ref in _import_bindings(node, scope.module, resolver):
                 bind(node, name, ref)
         elif isinstance(node, ast.Assign):
-            hint = _value_hint(node.value)
+            hint = value_hint(node.value, dotted)
             for assigned in node.targets:
                 for name in _bound_names(assigned):
                     bind(node, name, hint if isinstance(assigned, ast.Name) else None)
@@ -507,7 +508,7 @@ def _collect_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope,
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 if item.optional_vars is not None:
-                    hint = _value_hint(item.context_expr)
+                    hint = value_hint(item.context_expr, dotted)
                     for name in _bound_names(item.optional_vars):
                         bind(node, name, hint if isinstance(item.optional_vars, ast.Name) else None)
         elif isinstance(node, (ast.AugAssign, ast.NamedExpr)):
@@ -590,14 +591,6 @@ def _bound_names(target: ast.expr) -> Iterator[str]:
             yield from _bound_names(elt)
     elif isinstance(target, ast.Starred):
         yield from _bound_names(target.value)
-
-
-def _value_hint(value: ast.expr) -> str | None:
-    if isinstance(value, ast.Call):
-        name = dotted(value.func)
-        return name + "()" if name else None
-    name = dotted(value)
-    return "=" + name if name else None
 
 
 def _callee_text(func: ast.expr) -> str:

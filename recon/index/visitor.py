@@ -21,6 +21,7 @@ import hashlib
 import json
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .normalize import serializers
@@ -343,7 +344,7 @@ class FileVisitor:
     def _hint(self, node: ast.Assign | ast.AnnAssign, annotated: bool) -> str | None:
         if annotated:
             return self.seg(node.annotation)  # type: ignore[union-attr]
-        return _value_hint(node.value, self.seg)  # type: ignore[arg-type]
+        return value_hint(node.value, self.seg)  # type: ignore[arg-type]
 
     def _owner_class(self) -> dict[str, Any] | None:
         if len(self.frames) >= 2 and self.frames[-2].kind == "class":
@@ -424,16 +425,22 @@ def _is_annotation(hint: str | None) -> bool:
     return hint is not None and not hint.startswith("=") and not hint.endswith("()")
 
 
-def _value_hint(value: ast.expr, seg: Any) -> str | None:
-    """``f(...)`` -> ``"f()"``, a plain name ``x.y`` -> ``"=x.y"``; anything else: None."""
+def value_hint(value: ast.expr, text: Callable[[ast.expr], str | None]) -> str | None:
+    """``f(...)`` -> ``"f()"``, a plain name ``x.y`` -> ``"=x.y"``; anything else: None.
+
+    The hint of what a local holds, for the index (``text``: the source segment) and
+    the call graph (``text``: the dotted name); one reading for both.
+    """
     tp = type(value)
     if tp is ast.Call:
         func = value.func  # type: ignore[attr-defined]
         if type(func) in (ast.Name, ast.Attribute):
-            return seg(func) + "()"
+            name = text(func)
+            return name + "()" if name else None
         return None
     if tp in (ast.Name, ast.Attribute):
-        return "=" + seg(value)
+        name = text(value)
+        return "=" + name if name else None
     return None
 
 
