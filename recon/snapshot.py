@@ -130,10 +130,14 @@ class Snapshot:
         return self.read_bytes(rel).decode("utf-8", errors="surrogateescape")
 
     def module_path(self, module: str) -> str | None:
-        """``vllm.config.compilation`` -> ``vllm/config/compilation.py`` (or package __init__)."""
+        """``vllm.config.compilation`` -> ``vllm/config/compilation.py`` (or package __init__).
+
+        A package wins over a module of the same name, as in Python's import system
+        and in the index.
+        """
         base = module.replace(".", "/")
         files = self.manifest.get("files", {})
-        for cand in (f"{base}.py", f"{base}/__init__.py"):
+        for cand in (f"{base}/__init__.py", f"{base}.py"):
             if cand in files:
                 return cand
         return None

@@ -314,3 +314,18 @@ def test_older_cache_versions_are_pruned(tmp_path: Path, monkeypatch: pytest.Mon
     assert not old.exists()
     assert newer.exists() and other.exists()
     assert (base / f"r{RECORD_VERSION}-py{py}" / "catalog.json").is_file()
+
+
+def test_a_package_shadows_a_module_of_its_name_everywhere(tmp_path: Path) -> None:
+    """``pkg/x.py`` beside ``pkg/x/__init__.py``: Python imports the package, and so does every
+    verb (the index, and the snapshot's own module lookup used by bisect, probes, hot-fixes)."""
+    pkg = tmp_path / "src" / "shadowpkg"
+    (pkg / "x").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x.py").write_text("def f():\n    return 'module'\n")
+    (pkg / "x" / "__init__.py").write_text("def f():\n    return 'package'\n")
+    snap = take_snapshot(f"dir:{pkg}", package="shadowpkg", out=tmp_path / "snaps")
+    idx = load_index(snap, cache_root=tmp_path / "cache")
+    assert idx.modules["shadowpkg.x"].path == "shadowpkg/x/__init__.py"
+    assert snap.module_path("shadowpkg.x") == idx.modules["shadowpkg.x"].path
+    assert "return 'package'" in idx.source("shadowpkg.x:f")
