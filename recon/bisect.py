@@ -31,6 +31,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from .diffing.sides import normalize_ref, open_sides
 from .diffing.textdiff import unified
 from .errors import ReconError
 from .index import load_index
-from .index.models import ClassField, FunctionInfo, split_qualname
+from .index.models import ClassField, FunctionInfo, split_dotted, split_qualname
 from .index.snapshot_index import SnapshotIndex
 from .snapshot import Snapshot
 
@@ -212,9 +213,9 @@ def resolve_qualname(name: str, snaps: Sequence[Snapshot]) -> str:
         return name
     parts = name.split(".")
     for snap in reversed(snaps):  # dotted form: the longest module prefix that is a file
-        for cut in range(len(parts) - 1, 0, -1):
-            if snap.module_path(".".join(parts[:cut])):
-                return f"{'.'.join(parts[:cut])}:{'.'.join(parts[cut:])}"
+        dotted = split_dotted(name, partial(_has_module, snap))
+        if dotted is not None:
+            return ":".join(dotted)
     last_error: ReconError | None = None
     for snap in reversed(snaps):  # a suffix such as Class.method: ask the index
         try:
@@ -222,6 +223,10 @@ def resolve_qualname(name: str, snaps: Sequence[Snapshot]) -> str:
         except ReconError as err:
             last_error = err
     raise last_error or ReconError(f"no function {name!r} in any of the releases")
+
+
+def _has_module(snap: Snapshot, module: str) -> bool:
+    return snap.module_path(module) is not None
 
 
 def _candidates_index(snap: Snapshot, short: str) -> SnapshotIndex:

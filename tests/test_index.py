@@ -329,3 +329,12 @@ def test_a_package_shadows_a_module_of_its_name_everywhere(tmp_path: Path) -> No
     assert idx.modules["shadowpkg.x"].path == "shadowpkg/x/__init__.py"
     assert snap.module_path("shadowpkg.x") == idx.modules["shadowpkg.x"].path
     assert "return 'package'" in idx.source("shadowpkg.x:f")
+
+
+def test_dotted_names_split_at_the_longest_module() -> None:
+    from recon.index.models import split_dotted
+
+    modules = {"pkg", "pkg.mod", "pkg.mod.sub"}.__contains__
+    assert split_dotted("pkg.mod.sub.Cls.meth", modules) == ("pkg.mod.sub", "Cls.meth")
+    assert split_dotted("pkg.mod.Cls", modules) == ("pkg.mod", "Cls")
+    assert split_dotted("other.Cls", modules) is None and split_dotted("pkg", modules) is None

@@ -24,6 +24,7 @@ calling ``f`` and ``"=x.y"`` is another name for the object ``x.y``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -42,6 +43,18 @@ def split_qualname(qualname: str) -> tuple[str, str]:
     """``"pkg.mod:Cls.meth"`` -> ``("pkg.mod", "Cls.meth")``."""
     module, _, local = qualname.partition(":")
     return module, local
+
+
+def split_dotted(name: str, is_module: Callable[[str], bool]) -> tuple[str, str] | None:
+    """``"pkg.mod.Cls.meth"`` -> ``("pkg.mod", "Cls.meth")``: the longest prefix that
+    ``is_module`` accepts is the module (None: no prefix is). The one reading of the
+    dotted form for every verb; each passes the module table it has at hand."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
+        if is_module(module):
+            return module, ".".join(parts[cut:])
+    return None
 
 
 class Param(NamedTuple):

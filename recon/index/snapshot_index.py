@@ -26,6 +26,7 @@ from .models import (
     ModuleInfo,
     Param,
     module_name,
+    split_dotted,
     split_qualname,
 )
 from .visitor import split_lines
@@ -147,17 +148,11 @@ class SnapshotIndex:
         if name in table:
             return table[name]
         if ":" not in name:
-            # dotted form: the longest module prefix wins
-            parts = name.split(".")
-            for cut in range(len(parts) - 1, 0, -1):
-                mod = ".".join(parts[:cut])
-                if mod in self.modules:
-                    cand = f"{mod}:{'.'.join(parts[cut:])}"
-                    if cand in table:
-                        return table[cand]
-                    break
+            dotted = split_dotted(name, self.modules.__contains__)
+            if dotted is not None and ":".join(dotted) in table:
+                return table[":".join(dotted)]
             # a suffix of the local name
-            short = parts[-1]
+            short = name.rsplit(".", 1)[-1]
             tail = "." + name
             hits = [q for q in self._short_index().get(short, ())
                     if q in table and (split_qualname(q)[1] == name or q.endswith(tail))]

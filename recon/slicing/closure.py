@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..errors import ReconError
+from ..index.models import split_dotted
 from .modules import ModuleSet
 from .names import (
     LocalImport,
@@ -152,11 +153,9 @@ def parse_qualname(text: str, mods: ModuleSet) -> tuple[str, tuple[str, ...]]:
         if mods.exists(module):
             return module, path
         return _index_lookup(text, mods)
-    parts = text.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module = ".".join(parts[:cut])
-        if mods.exists(module):
-            return module, tuple(parts[cut:])
+    dotted = split_dotted(text, mods.exists)
+    if dotted is not None:
+        return dotted[0], tuple(dotted[1].split("."))
     return _index_lookup(text, mods)
 
 
