@@ -31,6 +31,25 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("RECON_ENGINE_SERVERS", "6")
 
 
+#: marker -> the fixtures that make a test need it (anywhere in the test's fixture closure)
+NEEDS = {
+    # engine wheels from PyPI (cached after the first run); doc_runs runs the docs' commands
+    "wheels": {"pip_snapshot", "wheels_dir", "doc_runs"},
+    "docker": {"docker_client"},  # a Docker engine at $DOCKER_HOST
+    "registry": {"registry"},  # a local registry (Debian's docker-registry)
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers from what a test uses, so that ``-m "not wheels and not docker"`` is the fast
+    suite without anyone having to remember to mark a test."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Warm engine servers the tests started do not outlive the test run."""
     from recon.engine import server

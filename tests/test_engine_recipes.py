@@ -34,6 +34,8 @@ ALL = os.environ.get("RECON_ENGINE_ALL") == "1"
 #: cases recon cannot answer yet, and why (strict: an answer makes the test say so)
 NOT_YET: dict[str, str] = {}
 
+pytestmark = pytest.mark.wheels  # the recipes run on real releases from PyPI, through the CLI
+
 
 def recon(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "recon", *args], capture_output=True,

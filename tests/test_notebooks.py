@@ -119,6 +119,7 @@ def _failure(notebook: Path, nb: Any, err: BaseException) -> str:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.wheels  # the notebooks take real releases from PyPI
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(notebook: Path, kernel_home: Path,
                            record_property: pytest.RecordProperty) -> None:
