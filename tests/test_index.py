@@ -338,3 +338,29 @@ def test_dotted_names_split_at_the_longest_module() -> None:
     assert split_dotted("pkg.mod.sub.Cls.meth", modules) == ("pkg.mod.sub", "Cls.meth")
     assert split_dotted("pkg.mod.Cls", modules) == ("pkg.mod", "Cls")
     assert split_dotted("other.Cls", modules) is None and split_dotted("pkg", modules) is None
+
+
+def test_normalized_form_is_exactly_ast_dump_without_positions(vllm_latest: Snapshot) -> None:
+    """Two statements hash alike exactly when ``ast.dump`` (positions, ``ctx``, ``kind`` and
+    type comments left out) says they are alike: over every eighth file of a release (about
+    67,000 statements), no two different trees share a normalized form and no tree has two."""
+    import ast
+
+    from recon.index.normalize import SKIP_FIELDS, normalized_tokens
+
+    tokens: list[str] = []
+    dumps: list[str] = []
+    for rec in sorted(vllm_latest.python_files(), key=lambda r: r.path)[::8]:
+        try:
+            tree = ast.parse(vllm_latest.read_bytes(rec.path))
+        except (SyntaxError, ValueError):
+            continue
+        statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+        tokens += ["\0".join(normalized_tokens(s)) for s in statements]
+        for node in ast.walk(tree):  # ast.dump leaves out fields that are None
+            for name in SKIP_FIELDS & set(node._fields):
+                setattr(node, name, None)
+        dumps += [ast.dump(s) for s in statements]
+    pairs = set(zip(tokens, dumps, strict=True))
+    assert len(tokens) > 50_000
+    assert len(set(tokens)) == len(pairs) == len(set(dumps))
