@@ -115,6 +115,23 @@ def test_quantization_is_left_out_only_where_the_config_cannot_back_it() -> None
     assert _unbacked_quantization({**failed, "quantization": None}, {}) is None
 
 
+def test_layout_arguments_follow_the_releases_signature() -> None:
+    """0.29-0.32 pass the layout alone, 0.33 also the CP interleave size; a parameter recon
+    cannot fill is an error that names it, never a guess."""
+    config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+        cp_kv_cache_interleave_size=1))
+
+    def old(self: object, kv_cache_layout: str) -> None: ...
+    def new(self: object, kv_cache_layout: str, cp_kv_cache_interleave_size: int) -> None: ...
+    def other(self: object, kv_cache_layout: str, ranks: int) -> None: ...
+
+    assert child.layout_arguments(old, "LBNHC", config) == {"kv_cache_layout": "LBNHC"}
+    assert child.layout_arguments(new, "LBNHC", config) == {
+        "kv_cache_layout": "LBNHC", "cp_kv_cache_interleave_size": 1}
+    with pytest.raises(RuntimeError, match=r"takes \['ranks'\]"):
+        child.layout_arguments(other, "LBNHC", config)
+
+
 def test_log_records_keep_the_engine_numbers() -> None:
     import logging
 

@@ -664,12 +664,15 @@ class RunnerView:
         raise AttributeError(f"recon engine mode: the model runner view has no {item!r}")
 
 
-def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any]) -> None:
+def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any],
+                   groups: Any = None) -> None:
     """Where the release resolves one KV cache layout in the engine core, do the same.
 
     The worker's ``get_supported_kv_cache_layouts`` and ``set_kv_cache_layout``
     (called on the runner view: they read only the config) and the core's
-    ``resolve_kv_cache_layout``; releases without them skip this step.
+    ``resolve_kv_cache_layout``; releases without them skip this step. With the
+    global KV cache groups (``groups``: releases whose planning takes them), the
+    config's own interleave adjustment runs first, as the core runs it.
     """
     try:
         utils = importlib.import_module("vllm.v1.attention.backends.utils")
@@ -680,8 +683,25 @@ def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any]) -> No
         return
     view = RunnerView(config)
     layout = resolve(config, [supported(view)], list(spec.values()))
-    assign(view, layout.name, config.parallel_config.cp_kv_cache_interleave_size)
+    adjust = getattr(config, "adjust_dcp_kv_cache_interleave_size", None)
+    if groups is not None and adjust is not None:
+        adjust(groups)
+    assign(view, **layout_arguments(assign, layout.name, config))
     out["kv_cache_layout"] = layout.name
+
+
+def layout_arguments(assign: Any, layout: str, config: Any) -> dict[str, Any]:
+    """What the engine core passes to the worker's ``set_kv_cache_layout``, by the names the
+    release's own signature has (the layout alone, or with the CP interleave size)."""
+    known = {"kv_cache_layout": layout, "layout_name": layout,
+             "cp_kv_cache_interleave_size": getattr(config.parallel_config,
+                                                    "cp_kv_cache_interleave_size", None)}
+    names = [p.name for p in inspect.signature(assign).parameters.values()][1:]
+    unknown = [n for n in names if known.get(n) is None]
+    if unknown:
+        raise RuntimeError(f"this release's WorkerBase.set_kv_cache_layout takes {unknown}: "
+                           "recon does not know what its engine core passes there")
+    return {n: known[n] for n in names}
 
 
 def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -> Any:
@@ -694,12 +714,14 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
     spec = runner.get_kv_cache_spec(RunnerView(config))
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
-    resolve_layout(config, spec, out)
     get_configs = _find(planning, "get_kv_cache_configs")
     args: list[Any] = [config, [spec], [int(kv_bytes)]]
+    groups = None
     if "global_kv_cache_groups" in inspect.signature(get_configs).parameters:
         # newer releases: the engine core first groups the specs of all workers
-        args.append(_find(planning, "get_global_kv_cache_groups")(config, [spec]))
+        groups = _find(planning, "get_global_kv_cache_groups")(config, [spec])
+        args.append(groups)
+    resolve_layout(config, spec, out, groups)
     forget_logged_once()
     mark = len(LOG_RECORDS.records)
     kv = get_configs(*args)[0]
