@@ -664,15 +664,15 @@ class RunnerView:
         raise AttributeError(f"recon engine mode: the model runner view has no {item!r}")
 
 
-def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any],
-                   groups: Any = None) -> None:
+def resolve_layout(config: Any, spec: dict[str, Any]) -> Callable[[Any], str] | None:
     """Where the release resolves one KV cache layout in the engine core, do the same.
 
-    The worker's ``get_supported_kv_cache_layouts`` and ``set_kv_cache_layout``
-    (called on the runner view: they read only the config) and the core's
-    ``resolve_kv_cache_layout``; releases without them skip this step. With the
-    global KV cache groups (``groups``: releases whose planning takes them), the
-    config's own interleave adjustment runs first, as the core runs it.
+    The core's ``resolve_kv_cache_layout`` over the worker's
+    ``get_supported_kv_cache_layouts`` (called on the runner view: it reads only the
+    config), now; what it returns publishes the layout to the worker
+    (``set_kv_cache_layout``) once the core has grouped the specs (``groups``, on
+    releases whose planning takes them: the config's interleave adjustment runs
+    first, as the core runs it). Releases without these skip both steps (None).
     """
     try:
         utils = importlib.import_module("vllm.v1.attention.backends.utils")
@@ -680,14 +680,18 @@ def resolve_layout(config: Any, spec: dict[str, Any], out: dict[str, Any],
         resolve = utils.resolve_kv_cache_layout
         supported, assign = worker.get_supported_kv_cache_layouts, worker.set_kv_cache_layout
     except (ImportError, AttributeError):
-        return
+        return None
     view = RunnerView(config)
     layout = resolve(config, [supported(view)], list(spec.values()))
-    adjust = getattr(config, "adjust_dcp_kv_cache_interleave_size", None)
-    if groups is not None and adjust is not None:
-        adjust(groups)
-    assign(view, **layout_arguments(assign, layout.name, config))
-    out["kv_cache_layout"] = layout.name
+
+    def publish(groups: Any) -> str:
+        adjust = getattr(config, "adjust_dcp_kv_cache_interleave_size", None)
+        if groups is not None and adjust is not None:
+            adjust(groups)
+        assign(view, **layout_arguments(assign, layout.name, config))
+        return str(layout.name)
+
+    return publish
 
 
 def layout_arguments(assign: Any, layout: str, config: Any) -> dict[str, Any]:
@@ -716,12 +720,14 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
     get_configs = _find(planning, "get_kv_cache_configs")
     args: list[Any] = [config, [spec], [int(kv_bytes)]]
+    publish = resolve_layout(config, spec)
     groups = None
     if "global_kv_cache_groups" in inspect.signature(get_configs).parameters:
         # newer releases: the engine core first groups the specs of all workers
         groups = _find(planning, "get_global_kv_cache_groups")(config, [spec])
         args.append(groups)
-    resolve_layout(config, spec, out, groups)
+    if publish is not None:
+        out["kv_cache_layout"] = publish(groups)
     forget_logged_once()
     mark = len(LOG_RECORDS.records)
     kv = get_configs(*args)[0]
