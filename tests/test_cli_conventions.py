@@ -97,13 +97,15 @@ def test_logs_binary_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_recipe_unknown_set_key_is_an_error(vllm_latest: Snapshot) -> None:
-    """A --set key no recipe looked up was a typo: one line naming it, not a silent answer."""
+    """A --set key no recipe looked up was a typo: one line naming it, not a silent answer.
+
+    In slicing mode (seconds); engine mode's own check is tests/test_engine_recipes.py's."""
     flags = "vllm serve m --max-num-seqs 16"
     ok = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
-                "--flags", flags, "--set", "gpu=h100", "--json")
+                "--flags", flags, "--set", "mode=slice", "--set", "gpu=sm90", "--json")
     assert ok.returncode == 0, ok.stderr
     bad = _recon("recipe", "run", "vllm-capture-sizes", "--snapshot", str(vllm_latest.root),
-                 "--flags", flags, "--set", "gpuu=h100", "--json")
+                 "--flags", flags, "--set", "mode=slice", "--set", "gpuu=sm90", "--json")
     assert bad.returncode == 2
     err = bad.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "gpuu" in err[0] and "gpu" in err[0].split("looked up")[1]
