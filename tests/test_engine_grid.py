@@ -2,20 +2,21 @@
 
 For a grid of models (a gated-delta-net hybrid shaped like Qwen3-Next, a Mamba2
 hybrid shaped like Nemotron-H, a dense Llama) and command lines (TP 1/2/4/8, fp8
-KV, float32 SSM state, prefix caching on and off, MTP) on two releases, recon's
+KV, float32 SSM state, prefix caching on and off, MTP) on three releases (0.10.2, 0.26.0, 0.33.0), recon's
 answer (the sandboxed child, the ``vllm serve`` parser, the declared H100) is
 compared field by field with ``tests/data/vllm_reference.py``: an independent
 script that builds the same release's config through ``EngineArgs.add_cli_args``
 and ``create_engine_config`` in the release environment's Python, the device
 patched in place to the same board. A command line the release refuses must be
-refused by both. CI runs 13 of the 24 cases: the Qwen3-Next-shaped model on both releases
-(TP 1/2/4/8 on 0.33.0, every flag on both); ``RECON_ENGINE_ALL=1`` runs all of them.
+refused by both. CI runs 17 of the 36 cases: the Qwen3-Next-shaped model on the three
+releases (TP 1/2/4/8 on 0.33.0, every flag on 0.26.0 and 0.33.0, the TP 2 ones on 0.10.2, where
+``create_engine_config`` also decides the block size); ``RECON_ENGINE_ALL=1`` runs all of them.
 
 The block-size fields are compared only where the release decides them in
-``create_engine_config``. Both releases here decide them later, in the worker
-(``update_block_size_for_backend``, over the model's layers), which the
-reference does not run: the real-engine logs of tests/test_engine_mode.py and
-tests/test_engine_recipes.py judge those.
+``create_engine_config`` (0.10.2: its hybrid config hook). 0.26.0 and 0.33.0 decide
+them later, in the worker (``update_block_size_for_backend``, over the model's
+layers), which the reference does not run: the real-engine logs of
+tests/test_engine_mode.py and tests/test_engine_recipes.py judge those.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ GRID = [("qwen3next", f"-tp {tp}") for tp in (1, 2, 4, 8)] + [
     ("nemotronh", "-tp 1 --enable-prefix-caching"),
     ("llama", "-tp 4 --kv-cache-dtype fp8"),
 ]
-RELEASES = ("0.26.0", "0.33.0")
-#: the cases CI runs (one model shape per release: one warm server each); the whole grid, both
-#: releases, with RECON_ENGINE_ALL=1 (24 of 24 equal when last run; docs/engine-mode.md)
-IN_CI = {("0.33.0", "qwen3next"), ("0.26.0", "qwen3next")}
+RELEASES = ("0.10.2", "0.26.0", "0.33.0")
+#: the cases CI runs (one model shape per release: one warm server each); the whole grid, all
+#: releases, with RECON_ENGINE_ALL=1 (24 of 24 equal on 0.26.0 and 0.33.0 when last run,
+#: docs/engine-mode.md; on 0.10.2 the Qwen3-Next and Llama cases, 9 of 9)
+IN_CI = {("0.33.0", "qwen3next"), ("0.26.0", "qwen3next"), ("0.10.2", "qwen3next")}
 ALL = os.environ.get("RECON_ENGINE_ALL") == "1"
 BOARD = lookup_gpu("h100")
 BLOCK_FIELDS = {"attention_block_size", "mamba_block_size", "mamba_page_size_padded"}
@@ -129,6 +131,8 @@ def _runs(release: str, model: str, flags: str) -> bool:
         return True
     if release == "0.33.0":
         return (release, model) in IN_CI
+    if release == "0.10.2":  # the oldest release of the range: its TP 2 command lines
+        return (release, model) in IN_CI and "-tp 2" in flags
     return (release, model) in IN_CI and ("-tp 2" in flags or "mtp" in flags)
 
 
@@ -154,7 +158,7 @@ def test_recon_equals_the_release_built_directly(
     assert expected["ok"], f"recon answered where the release refused: {expected['error']}"
     fields = expected["fields"]
     compared = {k for k in fields if k not in BLOCK_FIELDS
-                or facts.block_size_stage == "create_engine_config"}
+                or facts.block_size_stage.startswith("create_engine_config")}
     assert compared >= {"max_num_seqs", "tensor_parallel_size", "cudagraph_capture_sizes"}
     got = {k: facts.facts.get(k) for k in compared}
     if "attention_block_size_config" in facts.facts and "attention_block_size" in compared:
