@@ -18,6 +18,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,9 @@ class Snapshot:
         return f"{self.package} {ver} ({self.name})"
 
     # -- files ----------------------------------------------------------------
-    @property
+    @cached_property
     def files(self) -> dict[str, FileRecord]:
+        """Every file's record, built once per opened snapshot (the manifest is read-only)."""
         recs = self.manifest.get("files", {})
         return {p: FileRecord.from_json(p, r) for p, r in recs.items()}
 
