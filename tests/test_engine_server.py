@@ -81,6 +81,7 @@ def test_warm_answers_equal_a_cold_child(vllm_latest: Snapshot, no_stored_answer
     assert len(server.live_servers()) == 2
 
 
+@pytest.mark.wheels  # it talks to the servers the first test started from a release
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
 def test_another_user_gets_nothing(no_stored_answers: None) -> None:
     live = server.live_servers()

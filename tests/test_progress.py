@@ -70,7 +70,8 @@ def test_no_progress_when_piped(many_files: tuple[Path, dict[str, str]]) -> None
 @pytest.mark.slow
 def test_pip_download_shows_bytes(tmp_path: Path) -> None:
     """A real download from PyPI: pip's own size line gives the total, the bytes come as it runs."""
-    env = {"RECON_CACHE": str(tmp_path / "cache")}
+    # pip's own HTTP cache would answer a second run without a size line: a real download
+    env = {"RECON_CACHE": str(tmp_path / "cache"), "PIP_NO_CACHE_DIR": "1"}
     rc, err = _recon(["snapshot", "pip:packaging==24.0", "--package", "packaging",
                       "-o", str(tmp_path / "snaps")], env, tty=True)
     assert rc == 0, err[-3000:]
