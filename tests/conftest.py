@@ -34,7 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
 #: marker -> the fixtures that make a test need it (anywhere in the test's fixture closure)
 NEEDS = {
     # engine wheels from PyPI (cached after the first run); doc_runs runs the docs' commands
-    "wheels": {"pip_snapshot", "wheels_dir", "doc_runs"},
+    # and the fixtures that build images, registries and offline caches from release wheels
+    "wheels": {"pip_snapshot", "wheels_dir", "doc_runs", "images", "patched", "built", "pushed",
+               "offline"},
     "docker": {"docker_client"},  # a Docker engine at $DOCKER_HOST
     "registry": {"registry"},  # a local registry (Debian's docker-registry)
 }

@@ -34,6 +34,7 @@ def snaps(pip_snapshot: Callable[..., Snapshot]) -> list[str]:
     return [str(pip_snapshot(f"vllm=={v}").root) for v in RELEASES]
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_range_resolves_to_real_releases_in_order() -> None:
     assert resolve_range("vllm==0.28.0..0.33.0") == (
         "vllm", ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"])
@@ -71,6 +72,7 @@ def test_appeared_and_disappeared(snaps: list[str]) -> None:
     assert old.first is not None and old.first.version == "0.32.0"
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_pypi_range_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     """The user's path: a PyPI range, downloaded (cached) and snapshotted in parallel."""
     try:

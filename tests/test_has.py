@@ -29,6 +29,7 @@ MAMBA_PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 FIXED = "pip:vllm==0.32.0"
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_fixed_in_release() -> None:
     yes = has_fix("MambaHybridModelState.add_request", "pip:vllm==0.33.0", fixed_in=FIXED)
     assert yes.answer == "yes" and "same code as in vllm 0.32.0" in yes.why
@@ -76,6 +77,7 @@ def test_backport_is_different(patched: Path) -> None:
     assert [n for n, _ in pat.matches] == [118, 119]
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_pattern_modes() -> None:
     frag = has_fix(ADD_REQUEST, "pip:vllm==0.33.0", pattern="// mamba_block_size")
     assert frag.answer == "yes" and frag.mode == "tokens" and [n for n, _ in frag.matches] == [124]
@@ -97,6 +99,7 @@ def test_sglang_track_index_math(sglang_latest: Snapshot) -> None:
                    pattern="chunk boundary").answer == "no"  # docstring words are not code
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     def run(*argv: str) -> tuple[int, str]:
         try:

@@ -65,6 +65,9 @@ def _keep(name: str) -> bool:
     return name.endswith(".py") and (name.count("/") == 1 or name.startswith(KEEP_DIRS))
 
 
+pytestmark = pytest.mark.wheels  # every test fetches a release wheel first (_private_cache)
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts with an empty blob cache of its own and may use plain HTTP on loopback."""

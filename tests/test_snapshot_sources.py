@@ -18,6 +18,7 @@ from recon.snapshotter import take_snapshot
 from recon.sources.pip import fetch_wheel
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_pip_snapshot_matches_the_wheel(tmp_path: Path) -> None:
     whl = fetch_wheel("sglang==0.5.23")
     snap = take_snapshot("pip:sglang==0.5.23", out=tmp_path)
@@ -36,6 +37,7 @@ def test_pip_snapshot_matches_the_wheel(tmp_path: Path) -> None:
     assert snap.name == "sglang-0.5.23"
 
 
+@pytest.mark.wheels  # real releases from PyPI
 def test_include_glob_keeps_a_subset(tmp_path: Path) -> None:
     snap = take_snapshot("pip:vllm==0.33.0", out=tmp_path, include=["vllm/config/*.py"])
     assert snap.files and all(p.startswith("vllm/config/") and p.endswith(".py") for p in snap.files)
