@@ -68,6 +68,7 @@ def test_no_progress_when_piped(many_files: tuple[Path, dict[str, str]]) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.wheels  # a real download from PyPI
 def test_pip_download_shows_bytes(tmp_path: Path) -> None:
     """A real download from PyPI: pip's own size line gives the total, the bytes come as it runs."""
     # pip's own HTTP cache would answer a second run without a size line: a real download
