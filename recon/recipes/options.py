@@ -6,7 +6,7 @@ from the Python API; every recipe reads its options through these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ReconError
@@ -39,47 +39,45 @@ def opt_float(options: Mapping[str, Any], key: str, default: float | None = None
         raise ReconError(f"--set {key}: expected a number, got {value!r}") from err
 
 
-def opt_ints(options: Mapping[str, Any], key: str) -> list[int] | None:
-    """An integer-list ``--set`` option: JSON ``[1,2]`` or ``1,2``."""
-    if key not in options or options[key] is None:
+def _list_option(options: Mapping[str, Any], key: str, single: type, what: str,
+                 convert: Callable[[Any], Any]) -> list[Any] | None:
+    """A list ``--set`` option: JSON ``[1,2]``, ``1,2`` or one ``single`` value, each item
+    through ``convert`` (ValueError: not one); None when the option is not given."""
+    value = options.get(key)
+    if value is None:
         return None
-    value = options[key]
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, single) and (single is bool or not isinstance(value, bool)):
         return [value]
     if isinstance(value, str):
         value = [v for v in value.replace(",", " ").split() if v]
     if not isinstance(value, list):
-        raise ReconError(f"--set {key}: expected a list of integers, got {value!r}")
-    out = []
-    for item in value:
-        try:
-            if isinstance(item, bool):
-                raise ValueError(item)
-            out.append(int(item))
-        except (TypeError, ValueError) as err:
-            raise ReconError(f"--set {key}: expected a list of integers, got {value!r}") from err
-    return out
+        raise ReconError(f"--set {key}: expected a list of {what}, got {value!r}")
+    try:
+        return [convert(item) for item in value]
+    except (TypeError, ValueError) as err:
+        raise ReconError(f"--set {key}: expected a list of {what}, got {value!r}") from err
+
+
+def _integer(item: Any) -> int:
+    if isinstance(item, bool):
+        raise ValueError(item)
+    return int(item)
+
+
+def _boolean(item: Any) -> bool:
+    if isinstance(item, bool):
+        return item
+    word = str(item).lower()
+    if word not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(item)
+    return word in ("1", "true", "yes")
+
+
+def opt_ints(options: Mapping[str, Any], key: str) -> list[int] | None:
+    """An integer-list ``--set`` option: JSON ``[1,2]`` or ``1,2``."""
+    return _list_option(options, key, int, "integers", _integer)
 
 
 def opt_bools(options: Mapping[str, Any], key: str) -> list[bool] | None:
     """A boolean-list ``--set`` option: JSON ``[true,false]`` or ``1,0``."""
-    if key not in options or options[key] is None:
-        return None
-    value = options[key]
-    if isinstance(value, bool):
-        return [value]
-    if isinstance(value, str):
-        value = [v for v in value.replace(",", " ").split() if v]
-    if not isinstance(value, list):
-        raise ReconError(f"--set {key}: expected a list of booleans, got {value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool):
-            out.append(v)
-        elif str(v).lower() in ("1", "true", "yes"):
-            out.append(True)
-        elif str(v).lower() in ("0", "false", "no"):
-            out.append(False)
-        else:
-            raise ReconError(f"--set {key}: expected booleans, got {value!r}")
-    return out
+    return _list_option(options, key, bool, "booleans", _boolean)
