@@ -110,7 +110,8 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                   include: Iterable[str] = (), all_files: bool = False,
                   platform: str | None = None, limits: CaptureLimits | None = None,
                   force: bool = False, progress: ProgressFn | None = None,
-                  docker_read: str = "site", reuse_same: bool = False) -> Snapshot:
+                  docker_read: str = "site", engine_view: bool = False,
+                  reuse_same: bool = False) -> Snapshot:
     """Snapshot ``source`` (``docker:``, ``docker-archive:``, ``oci:``, ``oci-archive:``,
     ``wheel:``, ``pip:``, ``dir:``) and return the opened :class:`Snapshot`.
 
@@ -134,7 +135,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     os.close(open_output_folder(base_dir))
     image = open_source(source, packages=packages, platform=platform,
                         max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
-                        docker_read=docker_read,
+                        docker_read=docker_read, engine_view=engine_view,
                         python=python, progress=progress)
     try:
         # Stage in a scratch folder first: the final name depends on the version found.

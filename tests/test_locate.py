@@ -22,11 +22,15 @@ from tests.kit import run_cli
 _tags = itertools.count()
 
 
-@pytest.fixture(params=["docker-archive", "docker"])
-def source(request: pytest.FixtureRequest) -> Iterator[Callable[[Path], str]]:
+@pytest.fixture(params=["docker-archive", "docker", "docker-engine-view"])
+def source(request: pytest.FixtureRequest,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], str]]:
     """``source(archive)`` -> the SOURCE to snapshot: the archive itself, or the image
-    loaded into the real engine (removed afterwards)."""
+    loaded into the real engine (removed afterwards), read from the engine's storage folders
+    or through its archive API."""
     loaded: list[str] = []
+    if request.param == "docker-engine-view":
+        monkeypatch.setenv("RECON_DOCKER_READ", "engine")
 
     def make(archive: Path) -> str:
         if request.param == "docker-archive":

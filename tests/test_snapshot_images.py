@@ -206,9 +206,11 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
         "oci-archive": f"oci-archive:{oci_layouts['archive']}",
     }
     assert len(umoci_tree) > 3000
+    refs["engine-view"] = refs["engine"]  # the same image through the engine's archive API
     first = None
     for label, ref in refs.items():
-        snap = take_snapshot(ref, out=tmp_path / label, package="vllm")
+        snap = take_snapshot(ref, out=tmp_path / label, package="vllm",
+                             engine_view=label == "engine-view")
         first = first or snap
         # the same interpreter, import root and installed distributions, whichever way it was read
         # (the engine's merged view cannot say which layer a distribution came from)
@@ -244,9 +246,10 @@ def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_pat
 def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_client, tmp_path: Path,  # noqa: ANN001
                                                        layers: bool, sig: signal.Signals) -> None:
     """Ctrl-C or `kill` (SIGTERM: docker stop, a CI timeout) in the middle of `recon snapshot
-    docker:`: a real recon process, signalled once the engine holds its container (or its
-    `docker save` copy has started); the container, the copy and the staging folder all go,
-    and the exit status says which signal ended it."""
+    docker:` through the engine: a real recon process, signalled once the engine holds its
+    container (or its `docker save` copy has started); the container, the copy and the
+    staging folder all go, and the exit status says which signal ended it. (Read in place,
+    nothing is created in the engine at all.)"""
     from recon.sources.daemon import CONTAINER_LABEL
 
     label = {"label": f"{CONTAINER_LABEL}={loaded}"}
@@ -256,7 +259,7 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
     out = tmp_path / "out"
     env = {**os.environ, "RECON_CACHE": str(cache)}
     argv = [sys.executable, "-m", "recon", "snapshot", f"docker:{loaded}", "--package", "vllm",
-            "-o", str(out), "--name", "cut"] + (["--layers"] if layers else [])
+            "-o", str(out), "--name", "cut"] + (["--layers"] if layers else ["--engine-view"])
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def started() -> bool:
@@ -347,11 +350,45 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
 
 
 @pytest.mark.docker
+def test_engine_source_in_place_reads_the_layer_folders(built: dict[str, object], loaded: str,
+                                                         docker_client, tmp_path: Path) -> None:  # noqa: ANN001
+    """docker: by default reads the image's layer folders in the engine's storage: no container,
+    and the same files as the hand-built archive. On overlay2 each file keeps the layer it came
+    from (the hot-fix in layer 3); vfs keeps one folder per layer holding everything below it,
+    so the top one is read as the merged view."""
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    events: list[str] = []
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm",
+                         progress=lambda layer, ev: events.append(ev))
+    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    ref = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "archive", package="vllm")
+    assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
+    assert snap.manifest["distributions"] == ref.manifest["distributions"] or \
+        [d["name"] for d in snap.manifest["distributions"]] == \
+        [d["name"] for d in ref.manifest["distributions"]]
+    driver = docker_client.info()["Driver"]
+    assert snap.manifest["source"]["read"].startswith(f"layer folders in place ({driver}")
+    assert "start" in events and "done" in events
+    if driver == "overlay2":
+        assert {p: r.layer for p, r in snap.files.items()} == {p: r.layer for p, r in ref.files.items()}
+        assert snap.files["vllm/config/compilation.py"].layer == 3
+        assert [ly["diff_id"] for ly in snap.manifest["layers"]] == \
+            docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
+        # each layer's size from the engine's layer database; they add up to the image's
+        assert sum(ly["size"] for ly in snap.manifest["layers"]) == \
+            docker_client.images.get(loaded).attrs["Size"]
+    else:
+        assert len(snap.manifest["layers"]) == 1
+
+
+@pytest.mark.docker
 def test_engine_source_package_only(loaded: str, umoci_tree: dict[str, tuple[str, str]],
                                     tmp_path: Path) -> None:
-    """--package-only reads the vllm folder alone: the same files as umoci's unpack of the
-    whole image, the version from the package's own _version.py, no distributions list."""
-    snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", docker_read="package")
+    """--package-only through the engine reads the vllm folder alone: the same files as
+    umoci's unpack of the whole image, the version from the package's own _version.py, no
+    distributions list."""
+    snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", docker_read="package",
+                         engine_view=True)
     assert snapshot_listed_fingerprint(snap) == umoci_tree
     assert snap.version == "0.33.0"
     assert snap.manifest["source"]["read"] == "package folders only"

@@ -215,7 +215,8 @@ def snapshot_cmd(
     force: bool = typer.Option(False, "--force", "-f", help="Replace a snapshot of the same name."),
     insecure: bool = typer.Option(False, "--insecure", help="registry: plain HTTP, loopback registries only."),
     layers: bool = typer.Option(False, "--layers", help="docker: read the layers through `docker save` (a temporary copy of the image under the cache) to record the layer each file came from."),
-    package_only: bool = typer.Option(False, "--package-only", help="docker: read only the package folder through the engine, not the whole site folder (faster with gigabytes of CUDA libraries; no installed-distributions list)."),
+    package_only: bool = typer.Option(False, "--package-only", help="docker: where the engine's storage is not readable here, read only the package folder through the engine, not the whole site folder (no installed-distributions list)."),
+    engine_view: bool = typer.Option(False, "--engine-view", help="docker: read through the engine's archive API (a created, never started container) even where its storage folders are readable here (RECON_DOCKER_READ=engine does the same)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
@@ -223,8 +224,9 @@ def snapshot_cmd(
     from ..layers import CaptureLimits
     from ..snapshotter import take_snapshot
 
-    if layers and package_only:
-        raise typer.BadParameter("choose one of --layers and --package-only")
+    if layers and (package_only or engine_view):
+        raise typer.BadParameter("--layers reads through `docker save`: it takes neither "
+                                 "--package-only nor --engine-view")
     docker_read = "layers" if layers else "package" if package_only else "site"
     if insecure:
         os.environ["RECON_REGISTRY_INSECURE"] = "1"
@@ -237,7 +239,8 @@ def snapshot_cmd(
         with progress:
             return take_snapshot(source, name=snap_name, out=out, package=pkg, python=python,
                                  include=include, all_files=all_files, platform=platform,
-                                 limits=limits, force=force, progress=on_layer, docker_read=docker_read)
+                                 limits=limits, force=force, progress=on_layer, docker_read=docker_read,
+                                 engine_view=engine_view)
 
     try:
         snap = take(package)

@@ -191,11 +191,7 @@ def _interpreters(client: Any, cid: str, config: ImageConfig, python: str | None
     needs to decide which copy of the package that interpreter imports. Also
     returns the ``pyvenv.cfg`` files next to those ``bin`` folders.
     """
-    env = config.env_dict()
-    dirs = [d.strip("/") for d in (env.get("PATH") or DEFAULT_PATH).split(":") if d.strip("/")]
-    names = [f"{d}/{exe}" for d in dirs for exe in ("python3", "python")]
-    if python:
-        names.insert(0, python.strip("/"))
+    names, cfg_names = interpreter_names(config, python)
     stubs: dict[str, Entry] = {}
     for start in names:
         path = start
@@ -211,11 +207,21 @@ def _interpreters(client: Any, cid: str, config: ImageConfig, python: str | None
                 break
             stubs[path] = Entry(path, SYMLINK, linkname=target)
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target)).lstrip("/")
+    cfgs = [c for c in cfg_names if _stat(client, cid, "/" + c) is not None]
+    return list(stubs.values()), cfgs
+
+
+def interpreter_names(config: ImageConfig, python: str | None) -> tuple[list[str], list[str]]:
+    """Where the image's Python may be: ``python3`` and ``python`` in every ``PATH`` folder
+    (``--python`` first), and the ``pyvenv.cfg`` next to each of those ``bin`` folders."""
+    env = config.env_dict()
+    dirs = [d.strip("/") for d in (env.get("PATH") or DEFAULT_PATH).split(":") if d.strip("/")]
+    names = [f"{d}/{exe}" for d in dirs for exe in ("python3", "python")]
+    if python:
+        names.insert(0, python.strip("/"))
     prefixes = {posixpath.dirname(posixpath.dirname(n)) for n in names
                 if posixpath.basename(posixpath.dirname(n)) == "bin"}
-    cfgs = [f"{p}/pyvenv.cfg".lstrip("/") for p in sorted(prefixes)
-            if _stat(client, cid, f"/{p}/pyvenv.cfg".replace("//", "/")) is not None]
-    return list(stubs.values()), cfgs
+    return names, [f"{p}/pyvenv.cfg".lstrip("/") for p in sorted(prefixes)]
 
 
 class DaemonLayer(Layer):
@@ -266,16 +272,21 @@ READS = ("site", "package", "layers")
 
 
 def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
-                read: str = "site", max_layer_size: int | None = None, python: str | None = None,
+                read: str = "site", engine_view: bool = False, max_layer_size: int | None = None, python: str | None = None,
                 progress: Callable[[Layer, str], None] | None = None) -> Image:
     """Open an image of the local engine.
 
-    ``read`` says how: ``"site"``, the merged view through a created (never
-    started) container, every site folder that holds the package read whole
-    (installed distributions listed); ``"package"``, the same view but only the
-    package folders (no distributions list; much less to read when
-    site-packages holds gigabytes of CUDA libraries); ``"layers"``, the image's
-    layers through ``docker save`` (each file's layer recorded).
+    ``read`` says how. ``"site"`` (the default) and ``"package"`` first try the
+    image's layer folders in the engine's storage, in place
+    (:mod:`recon.sources.stored`: no container, only the package and the
+    metadata files opened, each file's layer kept on overlay2); where those
+    cannot be read here, one line on stderr says why and the engine's merged
+    view is read through a created (never started) container: ``"site"``
+    reads every site folder that holds the package whole (installed
+    distributions listed), ``"package"`` only the package folders (no
+    distributions list). ``engine_view`` skips the storage folders;
+    ``"layers"``, the image's layers through ``docker save`` (each file's
+    layer recorded).
     """
     if read not in READS:
         raise ReconError(f"unknown engine read {read!r}: one of {', '.join(READS)}")
@@ -286,6 +297,10 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
         return _open_saved(client, image, ref, platform, max_layer_size, progress)
     attrs = image.attrs
     config = ImageConfig.from_image_json(attrs)
+    if not engine_view:
+        in_place = _open_in_place(client, image, ref, config, python, packages)
+        if in_place is not None:
+            return in_place
     # Create (never start) a container; the command is a placeholder never run. It is
     # named up front so that a Ctrl-C arriving while the engine answers the create call
     # (the container exists, the SDK has not returned it yet) can still remove it, and
@@ -319,6 +334,32 @@ def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,
                         "read": "package folders only" if package_only else "site folders",
                         "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []},
                  closer=remove)
+
+
+def _open_in_place(client: Any, image: Any, ref: str, config: ImageConfig, python: str | None,
+                   packages: list[str]) -> Image | None:
+    """The image read from the engine's storage folders, or None (and one line on stderr
+    saying why) where they cannot be read here."""
+    from .stored import find_stored, selection, stored_layer_list
+
+    try:
+        root_dir = str(client.info().get("DockerRootDir") or "")
+    except Exception:  # an engine that will not say: only GraphDriver paths can be used
+        root_dir = ""
+    stored, why = find_stored(image.attrs, root_dir)
+    if stored is None:
+        print(f"recon: {why}; reading through the engine's archive API instead", file=sys.stderr,
+              flush=True)
+        return None
+    names, cfgs = interpreter_names(config, python)
+    sel = selection(stored, candidate_roots(config, python), packages, [*names, *cfgs])
+    attrs = image.attrs
+    how = f"layer folders in place ({stored.driver}{', merged view' if stored.merged else ''})"
+    return Image(ref=f"docker:{ref}", scheme="docker", digest=image.id,
+                 layers=stored_layer_list(stored, sel), config=config,
+                 platform=f"{config.os}/{config.architecture}" if config.os else None,
+                 extra={"repo_tags": image.tags, "repo_digests": attrs.get("RepoDigests") or [],
+                        "read": how, "layer_diff_ids": (attrs.get("RootFS") or {}).get("Layers") or []})
 
 
 def _inspect(client: Any, ref: str) -> Any:

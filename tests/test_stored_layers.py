@@ -1,0 +1,205 @@
+"""Reading an image's layers in place, from folders laid out as the engine's overlay2 stores them.
+
+The expected view comes from the kernel: the same layer folders are mounted
+with overlayfs (read-only, the top layer first in ``lowerdir``), and the merged
+mount is what every process in a container of that image would see. Whiteouts
+are real character devices 0/0 and opaque folders carry the real
+``trusted.overlay.opaque`` attribute, as dockerd writes them; both need root,
+and the mount needs a kernel with overlayfs, so the tests say so and skip
+elsewhere. The engine end to end (dockerd laying out the folders itself) is in
+``tests/test_snapshot_images.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from recon.errors import ReconError
+from recon.layers import Squasher
+from recon.sources.base import Image
+from recon.sources.stored import Selection, StoredLayers, find_stored, selection, stored_layer_list
+from recon.writer import TreeWriter
+from tests.imagekit import SITE, tree_fingerprint
+
+PKG = f"{SITE}/vllm"
+
+
+def _whiteout(path: Path) -> None:
+    os.mknod(path, 0o600 | 0o020000, os.makedev(0, 0))
+
+
+def _opaque(path: Path) -> None:
+    os.setxattr(path, "trusted.overlay.opaque", b"y")
+
+
+def _write(root: Path, rel: str, data: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(data)
+
+
+@pytest.fixture
+def layer_folders(tmp_path: Path) -> list[Path]:
+    """Three layer folders, bottom first, with every overlay rule a layer can use."""
+    if os.geteuid() != 0:
+        pytest.skip("whiteouts (mknod) and trusted.* attributes need root")
+    l0, l1, l2 = (tmp_path / f"layer{i}" for i in range(3))
+    for f in ("__init__.py", "envs.py", "gone.py", "opaque/old.py", "opaque/deep/x.py",
+              "dir_to_file/a.py", "file_to_dir", "whited_dir/a.py", "kept/k.py"):
+        if f == "file_to_dir":
+            _write(l0, f"{PKG}/{f}", "a file below\n")
+        else:
+            _write(l0, f"{PKG}/{f}", f"# {f} in layer 0\n")
+    _write(l0, f"{SITE}/vllm-0.1.dist-info/METADATA", "Name: vllm\nVersion: 0.1\n")
+    _write(l0, f"{SITE}/torch/huge.py", "# never read\n")
+    _write(l0, "usr/local/bin/python3.12", "")
+    os.symlink("python3.12", l0 / "usr/local/bin/python3")
+    # layer 1: a whiteout, an opaque folder, a folder replaced by a file and the other way round
+    _write(l1, f"{PKG}/envs.py", "# envs.py in layer 1\n")
+    _whiteout(l1 / PKG / "gone.py")
+    (l1 / PKG / "opaque").mkdir()
+    _opaque(l1 / PKG / "opaque")
+    _write(l1, f"{PKG}/opaque/new.py", "# new in layer 1\n")
+    _write(l1, f"{PKG}/dir_to_file", "now a file\n")
+    _write(l1, f"{PKG}/file_to_dir/inner.py", "# a folder now\n")
+    _whiteout(l1 / PKG / "whited_dir")
+    os.symlink("envs.py", l1 / PKG / "link.py")
+    os.symlink("/etc/passwd", l1 / PKG / "host_link.py")  # listed, never followed
+    # layer 2: the hot-fix, and a whiteout of the old distribution for a new one
+    _write(l2, f"{PKG}/__init__.py", "# hot-fix in layer 2\n")
+    _whiteout(_mk(l2 / SITE) / "vllm-0.1.dist-info")
+    _write(l2, f"{SITE}/vllm-0.2.dist-info/METADATA", "Name: vllm\nVersion: 0.2\n")
+    return [l0, l1, l2]
+
+
+def _mk(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@contextlib.contextmanager
+def _mounted(folders: list[Path], at: Path) -> Iterator[Path]:
+    at.mkdir()
+    lower = ":".join(str(f) for f in reversed(folders))
+    res = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"ro,lowerdir={lower}", str(at)],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"the kernel would not mount overlayfs here: {res.stderr.strip()}")
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", str(at)], check=False)
+
+
+def _squash(folders: list[Path], out: Path, sel: Selection | None = None) -> tuple[Path, object]:
+    stored = StoredLayers("overlay2", [str(f) for f in folders],
+                          [f"sha256:{i:064x}" for i in range(len(folders))], merged=False)
+    sel = sel or selection(stored, [SITE], ["vllm"], ["usr/local/bin/python3"])
+    image = Image(ref="test", scheme="docker", digest=None, layers=stored_layer_list(stored, sel))
+    with TreeWriter(out) as writer:
+        result = Squasher(writer, packages=["vllm"], all_files=True).run(image)
+    return out / PKG, result
+
+
+def test_the_squash_of_layer_folders_is_the_kernels_overlay_view(layer_folders: list[Path],
+                                                                  tmp_path: Path) -> None:
+    with _mounted(layer_folders, tmp_path / "merged") as merged:
+        expected = tree_fingerprint(merged / PKG)
+        dists = sorted(p.name for p in (merged / SITE).iterdir() if p.name.endswith(".dist-info"))
+    assert "gone.py" not in expected and "opaque/new.py" in expected  # the oracle saw the rules
+    got_root, result = _squash(layer_folders, tmp_path / "out")
+    # links pointing out of the package are written to the staging tree as links (never
+    # followed); the fingerprint compares their targets, as the kernel shows them
+    assert tree_fingerprint(got_root) == expected
+    seen = sorted(n.rsplit("/", 2)[-2] for n in result.metadata  # type: ignore[attr-defined]
+                  if n.endswith("/METADATA"))
+    assert seen == dists == ["vllm-0.2.dist-info"]
+
+
+def test_each_file_keeps_the_layer_it_came_from(layer_folders: list[Path], tmp_path: Path) -> None:
+    _, result = _squash(layer_folders, tmp_path / "out")
+    layer = {n[len(PKG) + 1:]: c.layer for n, c in result.captured.items()}  # type: ignore[attr-defined]
+    assert layer["__init__.py"] == 2
+    assert layer["envs.py"] == 1
+    assert layer["kept/k.py"] == 0
+    assert layer["opaque/new.py"] == 1
+
+
+def test_only_the_package_and_the_metadata_are_opened(layer_folders: list[Path], tmp_path: Path) -> None:
+    """The rest of a site folder is listed, never descended into or read: a folder of the
+    same size as CUDA's libraries costs one directory entry."""
+    for i in range(200):
+        _write(layer_folders[0], f"{SITE}/nvidia/lib{i}/x.so", "x" * 1000)
+    stored = StoredLayers("overlay2", [str(f) for f in layer_folders], ["a", "b", "c"], merged=False)
+    layers = stored_layer_list(stored, selection(stored, [SITE], ["vllm"], []))
+    names = [e.name for layer in layers for e in layer.entries()]
+    assert f"{SITE}/nvidia" in names and f"{SITE}/torch" in names
+    assert not [n for n in names if n.startswith((f"{SITE}/nvidia/", f"{SITE}/torch/"))]
+    assert f"{SITE}/vllm-0.2.dist-info/METADATA" in names
+
+
+def test_a_fifo_in_a_layer_is_never_opened(layer_folders: list[Path], tmp_path: Path) -> None:
+    """A FIFO named like a package file would block a plain open() forever."""
+    os.mkfifo(layer_folders[2] / PKG / "pipe.py")
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _squash(layer_folders, tmp_path / "out")
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(30), "reading a layer folder with a FIFO in it hung"
+    assert errors and "device file, FIFO or socket inside the package" in str(errors[0])
+
+
+def test_a_layer_folder_swapped_for_a_symlink_is_not_followed(layer_folders: list[Path],
+                                                             tmp_path: Path) -> None:
+    """Inside a layer, a folder on the way to the package that is a symlink (to the host's
+    /etc, say) is reported as a link; nothing under it is read from the host."""
+    secret = tmp_path / "host" / "vllm"
+    secret.mkdir(parents=True)
+    (secret / "secret.py").write_text("TOKEN = 'host'\n")
+    top = tmp_path / "layer3"
+    (top / SITE).parent.mkdir(parents=True)
+    os.symlink(str(tmp_path / "host"), top / SITE)
+    root, result = _squash([*layer_folders, top], tmp_path / "out")
+    assert not [n for n in result.captured if "secret" in n]  # type: ignore[attr-defined]
+    assert not (root / "secret.py").exists()
+
+
+def test_storage_that_is_not_here_is_said_in_words(tmp_path: Path) -> None:
+    """What the engine reports about its storage decides; folders this machine does not
+    have (a remote engine, Docker Desktop's VM) send recon through the engine instead."""
+    attrs = {"RootFS": {"Layers": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]},
+             "GraphDriver": {"Name": "overlay2", "Data": {
+                 "LowerDir": str(tmp_path / "nowhere/l0/diff"), "UpperDir": str(tmp_path / "nowhere/l1/diff")}}}
+    stored, why = find_stored(attrs, str(tmp_path))
+    assert stored is None and "not readable here" in why
+    attrs["GraphDriver"]["Data"]["LowerDir"] = ""  # type: ignore[index]
+    assert "names 1 overlay2 folders for 2 layers" in find_stored(attrs, str(tmp_path))[1]
+    attrs["GraphDriver"] = {"Name": "overlayfs", "Data": None}  # the containerd image store
+    assert "(overlayfs) is not read in place" in find_stored(attrs, str(tmp_path))[1]
+    attrs["GraphDriver"] = {"Name": "vfs", "Data": None}
+    assert "layer database is not readable here" in find_stored(attrs, str(tmp_path))[1]
+
+
+def test_a_file_that_vanishes_is_one_line(layer_folders: list[Path], tmp_path: Path) -> None:
+    """The engine removing the image while recon reads it: one line naming the file."""
+    stored = StoredLayers("overlay2", [str(f) for f in layer_folders], ["a", "b", "c"], merged=False)
+    (layer,) = stored_layer_list(stored, selection(stored, [SITE], ["vllm"], []))[2:]
+    entry = next(e for e in layer.entries() if e.name.endswith("vllm/__init__.py"))
+    (layer_folders[2] / PKG / "__init__.py").unlink()
+    assert entry.open is not None
+    with pytest.raises(ReconError, match="cannot open a file of the engine's storage"):
+        entry.open()
