@@ -203,3 +203,66 @@ def test_a_file_that_vanishes_is_one_line(layer_folders: list[Path], tmp_path: P
     assert entry.open is not None
     with pytest.raises(ReconError, match="cannot open a file of the engine's storage"):
         entry.open()
+
+
+@pytest.fixture(scope="module")
+def vfs_engine() -> Iterator[str]:
+    """A second private engine with vfs storage (the CI engine runs overlay2 where it can):
+    its DOCKER_HOST, for the one test that reads vfs's layer copies in place."""
+    import shutil
+    import tempfile
+    import time
+
+    if shutil.which("dockerd") is None or os.geteuid() != 0:
+        pytest.skip("a second Docker engine needs dockerd and root")
+    base = Path(tempfile.mkdtemp(prefix="recon-vfs-", dir="/tmp"))
+    sock = base / "d.sock"
+    log = open(base / "dockerd.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(["dockerd", "--storage-driver=vfs", "--iptables=false", "--ip6tables=false",
+                             "--bridge=none", "-H", f"unix://{sock}", "--data-root", str(base / "data"),
+                             "--exec-root", str(base / "exec"), "--pidfile", str(base / "pid")],
+                            stdout=log, stderr=subprocess.STDOUT)
+    host = f"unix://{sock}"
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "-H", host, "version"], capture_output=True).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.skip(f"dockerd with vfs storage did not start: {(base / 'dockerd.log').read_text()[-300:]}")
+            time.sleep(0.3)
+        yield host
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_vfs_storage_is_read_in_place_as_the_merged_view(vfs_engine: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """vfs keeps one whole copy of the filesystem per layer; the engine's layer database
+    names the top one, which is read as the merged view: the same files as the archive the
+    image was loaded from (whiteout, opaque folder and hot-fix applied), no container."""
+    from recon.snapshotter import take_snapshot
+    from tests.imagekit import LayerBuilder, snapshot_fingerprint, write_docker_archive
+
+    base = LayerBuilder(tmp_path / "l0.tar")
+    base.file("usr/local/bin/python3", b"")
+    for f in ("__init__.py", "envs.py", "gone.py", "old/a.py"):
+        base.file(f"{PKG}/{f}", f"# {f}\n".encode())
+    base.file(f"{SITE}/vllm-1.0.dist-info/METADATA", b"Name: vllm\nVersion: 1.0\n")
+    top = LayerBuilder(tmp_path / "l1.tar").whiteout(f"{PKG}/gone.py").opaque(f"{PKG}/old")
+    top.file(f"{PKG}/old/b.py", b"# b\n").file(f"{PKG}/envs.py", b"# fixed\n")
+    archive = write_docker_archive(tmp_path / "img.tar", [base.close(), top.close()], tag="recon-test/vfs:1")
+    subprocess.run(["docker", "-H", vfs_engine, "load", "-q", "-i", str(archive)], check=True,
+                   capture_output=True)
+    monkeypatch.setenv("DOCKER_HOST", vfs_engine)
+    snap = take_snapshot("docker:recon-test/vfs:1", out=tmp_path / "vfs", package="vllm")
+    ref = take_snapshot(f"docker-archive:{archive}", out=tmp_path / "archive", package="vllm")
+    assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
+    assert set(snap.files) == {"vllm/__init__.py", "vllm/envs.py", "vllm/old/b.py"}
+    assert snap.manifest["source"]["read"] == "layer folders in place (vfs, merged view)"
+    assert [d["name"] for d in snap.manifest["distributions"]] == ["vllm"]
+    listed = subprocess.run(["docker", "-H", vfs_engine, "ps", "-aq"], capture_output=True, text=True)
+    assert listed.stdout.strip() == ""
