@@ -241,15 +241,16 @@ def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_pat
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize(("layers", "sig"), [(False, signal.SIGINT), (False, signal.SIGTERM),
-                                            (True, signal.SIGINT), (True, signal.SIGTERM)])
+@pytest.mark.parametrize(("how", "sig"), [(how, sig) for how in ("engine-view", "layers", "in-place")
+                                           for sig in (signal.SIGINT, signal.SIGTERM)])
 def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_client, tmp_path: Path,  # noqa: ANN001
-                                                       layers: bool, sig: signal.Signals) -> None:
+                                                       how: str, sig: signal.Signals) -> None:
     """Ctrl-C or `kill` (SIGTERM: docker stop, a CI timeout) in the middle of `recon snapshot
     docker:` through the engine: a real recon process, signalled once the engine holds its
     container (or its `docker save` copy has started); the container, the copy and the
-    staging folder all go, and the exit status says which signal ended it. (Read in place,
-    nothing is created in the engine at all.)"""
+    staging folder all go, and the exit status says which signal ended it. Read in place,
+    nothing is created in the engine at all: signalled once its staging folder exists, the
+    folder goes."""
     from recon.sources.daemon import CONTAINER_LABEL
 
     label = {"label": f"{CONTAINER_LABEL}={loaded}"}
@@ -259,19 +260,22 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
     out = tmp_path / "out"
     env = {**os.environ, "RECON_CACHE": str(cache)}
     argv = [sys.executable, "-m", "recon", "snapshot", f"docker:{loaded}", "--package", "vllm",
-            "-o", str(out), "--name", "cut"] + (["--layers"] if layers else ["--engine-view"])
+            "-o", str(out), "--name", "cut"] + {"layers": ["--layers"], "engine-view": ["--engine-view"],
+                                                "in-place": []}[how]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def started() -> bool:
-        if layers:  # the export has begun writing its temporary copy
+        if how == "layers":  # the export has begun writing its temporary copy
             return any(f.stat().st_size > 0 for f in cache.glob("tmp/docker-save-*/*"))
+        if how == "in-place":  # the squash has begun writing into its staging folder
+            return any(out.glob(".*.partial-*/rootfs"))
         return bool(docker_client.containers.list(all=True, filters=label))
 
     deadline = time.monotonic() + 60
     while not started():
         assert proc.poll() is None, f"recon ended before it was signalled: {proc.communicate()}"
         assert time.monotonic() < deadline, "recon never got as far as the engine"
-        time.sleep(0.02)
+        time.sleep(0.002 if how == "in-place" else 0.02)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err

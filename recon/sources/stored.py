@@ -38,7 +38,7 @@ import hashlib
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -307,7 +307,7 @@ class _Walk:
         if st is not None:
             yield from self._entry(parts, st)
 
-    def tree(self, path: str, descend: Any) -> Iterator[Entry]:
+    def tree(self, path: str, descend: Callable[[str], bool]) -> Iterator[Entry]:
         """``path`` and what lies under it, descending into a child of ``path`` (named
         relative to it) only where ``descend(rel)`` says so."""
         parts = [p for p in path.split("/") if p]
