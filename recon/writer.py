@@ -552,8 +552,9 @@ def staged_fd(tmp: Path) -> int:
     return _held(tmp).fd
 
 
-def _read_marker(dfd: int, name: str) -> bytes | None:
-    """A small regular file of the folder ``dfd``, read without following a link; None if not one."""
+def read_small_at(dfd: int, name: str, limit: int = _SMALL) -> bytes | None:
+    """A small regular file of the folder ``dfd`` (at most ``limit`` bytes), read without
+    following a link; None if there is no such regular file."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
     except OSError:
@@ -561,7 +562,7 @@ def _read_marker(dfd: int, name: str) -> bytes | None:
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return fh.read(_SMALL)
+        return fh.read(limit)
 
 
 def _json_object(data: bytes | None) -> dict[str, Any] | None:
@@ -585,11 +586,11 @@ def recon_kind_at(dir_fd: int, name: str) -> str | None:
     except OSError:
         return None
     try:
-        manifest = _json_object(_read_marker(fd, "manifest.json"))
+        manifest = _json_object(read_small_at(fd, "manifest.json"))
         if manifest is not None and "format" in manifest:
             return "snapshot"
-        spec = _json_object(_read_marker(fd, "probe.json"))
-        if spec is not None and "targets" in spec and _read_marker(fd, "_recon_probe_runtime.py") is not None:
+        spec = _json_object(read_small_at(fd, "probe.json"))
+        if spec is not None and "targets" in spec and read_small_at(fd, "_recon_probe_runtime.py") is not None:
             return "probe bundle"
         return None
     finally:

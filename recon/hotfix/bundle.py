@@ -23,13 +23,13 @@ import contextlib
 import json
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from ..errors import ReconError
 from ..writer import (
     commit,
     open_output_folder,
+    read_small_at,
     remove_tree_at,
     staged_fd,
     staging,
@@ -88,8 +88,8 @@ def is_hotfix_folder(path: Path) -> bool:
     except OSError:
         return False
     try:
-        data = _read_small(fd, MANIFEST)
-        script = _read_small(fd, VERIFY)
+        data = read_small_at(fd, MANIFEST, 64 << 20)
+        script = read_small_at(fd, VERIFY, 64 << 20)
     finally:
         os.close(fd)
     try:
@@ -97,17 +97,6 @@ def is_hotfix_folder(path: Path) -> bool:
     except ValueError:
         return False
     return isinstance(obj, dict) and obj.get("kind") == KIND and script is not None
-
-
-def _read_small(dir_fd: int, name: str) -> bytes | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return fh.read(64 << 20)
 
 
 def _remove_old(dest: Path) -> None:

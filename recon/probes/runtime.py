@@ -837,44 +837,43 @@ def _own_scope(ast, node):
     return [c for c in ast.iter_child_nodes(node) if not isinstance(c, nested)]
 
 
-def _hoist_decls(ast, body, decls):
-    """Replace ``global``/``nonlocal`` statements by ``pass`` (collected in ``decls``):
-    the body appears twice, and a declaration may not follow a use of its name."""
+def _own_blocks(ast, body):
+    """Every statement list of the function's own scope (bodies, ``else``/``finally``
+    blocks, handlers), each yielded before its children are visited, so a caller may
+    rewrite it in place."""
     stack = [ast.Module(body=body, type_ignores=[])]
     while stack:
         node = stack.pop()
         for field in ("body", "orelse", "finalbody", "handlers"):
             block = getattr(node, field, None)
-            if type(block) is not list:
-                continue
-            for i, stmt in enumerate(block):
-                if isinstance(stmt, (ast.Global, ast.Nonlocal)):
-                    decls.append(stmt)
-                    block[i] = ast.copy_location(ast.Pass(), stmt)
+            if type(block) is list:
+                yield block
         stack.extend(_own_scope(ast, node))
+
+
+def _hoist_decls(ast, body, decls):
+    """Replace ``global``/``nonlocal`` statements by ``pass`` (collected in ``decls``):
+    the body appears twice, and a declaration may not follow a use of its name."""
+    for block in _own_blocks(ast, body):
+        for i, stmt in enumerate(block):
+            if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+                decls.append(stmt)
+                block[i] = ast.copy_location(ast.Pass(), stmt)
     return body
 
 
 def _route_returns(ast, body, hook, call, k, async_gen):
     """Every ``return x`` of the function's own scope becomes ``return ret(k, x)``."""
-    stack = [ast.Module(body=body, type_ignores=[])]
-    while stack:
-        node = stack.pop()
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(node, field, None)
-            if type(block) is not list:
+    for block in _own_blocks(ast, body):
+        for i in range(len(block) - 1, -1, -1):
+            stmt = block[i]
+            if not isinstance(stmt, ast.Return):
                 continue
-            for i in range(len(block) - 1, -1, -1):
-                stmt = block[i]
-                if not isinstance(stmt, ast.Return):
-                    continue
-                value = stmt.value or ast.Constant(None)
-                wrapped = call(hook("ret"), ast.Constant(k), value)
-                if async_gen:
-                    block[i:i + 1] = [ast.copy_location(ast.Expr(wrapped), stmt), stmt]
-                else:
-                    stmt.value = wrapped
-        stack.extend(_own_scope(ast, node))
+            wrapped = call(hook("ret"), ast.Constant(k), stmt.value or ast.Constant(None))
+            if async_gen:
+                block[i:i + 1] = [ast.copy_location(ast.Expr(wrapped), stmt), stmt]
+            else:
+                stmt.value = wrapped
     return body
 
 
