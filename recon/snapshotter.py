@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ from .paths import snapshots_dir
 from .snapshot import FORMAT_VERSION, MANIFEST, Snapshot
 from .sources import open_source
 from .sources.base import Image
+from .sources.stored import InPlaceRefused
 from .version import __version__
 from .writer import (
     NAME_MAX,
@@ -133,10 +135,34 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
         check_name(name)
     base_dir = Path(out) if out else snapshots_dir()
     os.close(open_output_folder(base_dir))
-    image = open_source(source, packages=packages, platform=platform,
-                        max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
-                        docker_read=docker_read, engine_view=engine_view,
-                        python=python, progress=progress)
+
+    def opened(engine_view: bool) -> Image:
+        return open_source(source, packages=packages, platform=platform,
+                           max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
+                           docker_read=docker_read, engine_view=engine_view,
+                           python=python, progress=progress)
+
+    def written(image: Image) -> Snapshot:
+        return _write(image, base_dir, name=name, packages=packages, package=package,
+                      python=python, include=include, all_files=all_files, limits=limits,
+                      progress=progress, force=force, reuse_same=reuse_same)
+
+    try:
+        return written(opened(engine_view))
+    except InPlaceRefused as err:
+        if engine_view:
+            raise
+        # nothing of the first attempt is left: its staging folder went with the error
+        print(f"recon: {err}; reading through the engine's archive API instead",
+              file=sys.stderr, flush=True)
+        return written(opened(True))
+
+
+def _write(image: Image, base_dir: Path, *, name: str | None, packages: list[str],
+           package: str | None, python: str | None, include: Iterable[str], all_files: bool,
+           limits: CaptureLimits, progress: ProgressFn | None, force: bool,
+           reuse_same: bool) -> Snapshot:
+    """Squash ``image`` into a staging folder under ``base_dir`` and commit it (closes it)."""
     try:
         # Stage in a scratch folder first: the final name depends on the version found.
         with staging(base_dir, "snapshot") as work:

@@ -400,15 +400,29 @@ def test_033_mtp_dotted_and_short_forms(qwen3_next_033: Callable[[str], EngineFa
     assert facts.facts["num_speculative_tokens"] == 3
     assert facts.facts["max_num_seqs"] == 16
     # the config line's sizes; 0.33.0 picks its V2 model runner here (its own
-    # use_v2_model_runner), whose graph set-up also depends on the compiled model and the
-    # adaptive verification it builds (keywords read off the runner's source): engine mode
-    # says so instead of giving graph counts (0.26.0's V2 runner is modelled: test_logs_real)
+    # use_v2_model_runner), whose graph set-up also reads the compiled model, the adaptive
+    # verification and the microbatch runner it builds: each from the release's own function
     assert facts.facts["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16, 32, 64]
     assert facts.facts["model_runner"] == "V2"
-    stage = facts.facts["cudagraph_stage"]
-    assert stage.startswith("create_engine_config (the release's V2 model runner also passes ")
-    assert "piecewise_capture_available" in stage and "does not model" in stage
-    assert "cudagraph_graphs_full" not in facts.facts
+    assert facts.facts["cudagraph_stage"].startswith("V2 model runner: ")
+    assert facts.facts["cudagraph_mode_resolved"] == "FULL_AND_PIECEWISE"
+    # one piecewise graph per capture size; full graphs only for uniform decode batches of
+    # 1 + 3 tokens a request: sizes rounded up to a multiple of 4, at most 16 requests (64)
+    assert facts.facts["cudagraph_graphs_piecewise"] == 7
+    assert facts.facts["cudagraph_graphs_full"] == len({-(-n // 4) * 4 for n in [1, 2, 4, 8, 16, 32, 64]
+                                                       if -(-n // 4) * 4 <= 16 * 4}) == 5
+
+
+def test_033_graphs_without_torch_compile(qwen3_next_033: Callable[[str], EngineFacts]) -> None:
+    """No compiled submodule in the model (compilation mode 0): the release's V2 runner has no
+    piecewise capture, and its own resolution keeps the full decode graphs alone."""
+    facts = qwen3_next_033("--max-num-seqs 64 -cc '{\"mode\": 0, \"cudagraph_mode\": "
+                           "\"FULL_AND_PIECEWISE\"}'")
+    assert facts.facts["cudagraph_mode_resolved"] == "FULL_DECODE_ONLY"
+    assert "cudagraph_graphs_piecewise" not in facts.facts
+    # decode graphs for the capture sizes up to max_num_seqs x 1 token
+    sizes = facts.facts["cudagraph_capture_sizes_resolved"]
+    assert facts.facts["cudagraph_graphs_full"] == len([n for n in sizes if n <= 64])
 
 
 def test_033_prefix_caching_and_fp8(qwen3_next_033: Callable[[str], EngineFacts]) -> None:

@@ -24,7 +24,15 @@ import pytest
 from recon.errors import ReconError
 from recon.layers import Squasher
 from recon.sources.base import Image
-from recon.sources.stored import Selection, StoredLayers, find_stored, selection, stored_layer_list
+from recon.sources.stored import (
+    InPlaceRefused,
+    Selection,
+    StoredLayers,
+    clean_path,
+    find_stored,
+    selection,
+    stored_layer_list,
+)
 from recon.writer import TreeWriter
 from tests.imagekit import SITE, tree_fingerprint
 
@@ -79,6 +87,9 @@ def layer_folders(tmp_path: Path) -> list[Path]:
     _whiteout(l1 / PKG / "whited_dir")
     os.symlink("envs.py", l1 / PKG / "link.py")
     os.symlink("/etc/passwd", l1 / PKG / "host_link.py")  # listed, never followed
+    # the namespace a root engine's overlayfs does not read: the kernel ignores it, so must recon
+    (l1 / PKG / "kept").mkdir()
+    os.setxattr(l1 / PKG / "kept", "user.overlay.opaque", b"y")
     # layer 2: the hot-fix, and a whiteout of the old distribution for a new one
     _write(l2, f"{PKG}/__init__.py", "# hot-fix in layer 2\n")
     _whiteout(_mk(l2 / SITE) / "vllm-0.1.dist-info")
@@ -208,7 +219,7 @@ def test_a_file_that_vanishes_is_one_line(layer_folders: list[Path], tmp_path: P
     entry = next(e for e in layer.entries() if e.name.endswith("vllm/__init__.py"))
     (layer_folders[2] / PKG / "__init__.py").unlink()
     assert entry.open is not None
-    with pytest.raises(ReconError, match="cannot open a file of the engine's storage"):
+    with pytest.raises(ReconError, match="cannot read the engine's storage"):
         entry.open()
 
 
@@ -273,3 +284,122 @@ def test_vfs_storage_is_read_in_place_as_the_merged_view(vfs_engine: str, tmp_pa
     assert [d["name"] for d in snap.manifest["distributions"]] == ["vllm"]
     listed = subprocess.run(["docker", "-H", vfs_engine, "ps", "-aq"], capture_output=True, text=True)
     assert listed.stdout.strip() == ""
+
+
+def test_overlay_attributes_recon_does_not_apply_send_it_through_the_engine(
+        layer_folders: list[Path], tmp_path: Path) -> None:
+    """A layer can carry any overlayfs attribute (the engine copies a layer's xattr records);
+    a redirect, metacopy or an opaque value other than "y" changes what the kernel shows in
+    ways recon does not apply: refused, so the caller reads through the engine instead."""
+    os.setxattr(layer_folders[1] / PKG / "opaque", "trusted.overlay.redirect", b"/elsewhere")
+    with pytest.raises(InPlaceRefused, match="trusted.overlay.redirect"):
+        _squash(layer_folders, tmp_path / "a")
+    os.removexattr(layer_folders[1] / PKG / "opaque", "trusted.overlay.redirect")
+    os.setxattr(layer_folders[2] / PKG / "__init__.py", "trusted.overlay.metacopy", b"")
+    with pytest.raises(InPlaceRefused, match="trusted.overlay.metacopy"):
+        _squash(layer_folders, tmp_path / "b")
+    os.removexattr(layer_folders[2] / PKG / "__init__.py", "trusted.overlay.metacopy")
+    (layer_folders[2] / PKG / ".wh.sneaky").write_text("")  # a name the engine never writes
+    with pytest.raises(InPlaceRefused, match=r"\.wh\."):
+        _squash(layer_folders, tmp_path / "c")
+
+
+def test_paths_from_the_image_never_climb_out_of_a_layer_folder(layer_folders: list[Path],
+                                                                tmp_path: Path) -> None:
+    """PYTHONPATH, VIRTUAL_ENV, .pth lines and link targets come from the image: ".." is taken
+    back at the image root, as the kernel does in a container, never on the host."""
+    assert clean_path("../../../../etc/./passwd") == "etc/passwd"
+    assert clean_path("/opt/venv/../x/") == "opt/x"
+    host = tmp_path / "host-site" / "vllm"
+    host.mkdir(parents=True)
+    (host / "secret.py").write_text("TOKEN = 'host'\n")
+    climb = "../" * 12 + str(tmp_path / "host-site").lstrip("/")
+    stored = StoredLayers("overlay2", [str(f) for f in layer_folders], ["a", "b", "c"], merged=False)
+    sel = selection(stored, [climb, SITE], ["vllm"], [climb + "/python3"])
+    names = [e.name for layer in stored_layer_list(stored, sel) for e in layer.entries()]
+    assert not [n for n in names if "secret" in n or n.startswith("..")]
+
+
+def test_a_venv_behind_a_symlinked_folder_is_followed(tmp_path: Path) -> None:
+    """VIRTUAL_ENV=/opt/venv where /opt/venv -> venvs/py312 (a lower layer) and the venv's
+    site folder is in an upper one: the link is reported and the folder it names is read,
+    as the engine's own lookups follow it."""
+    if os.geteuid() != 0:
+        _cannot("layer folders with root-owned modes need root")
+    l0, l1 = tmp_path / "l0", tmp_path / "l1"
+    (l0 / "opt" / "venvs" / "py312" / "bin").mkdir(parents=True)
+    os.symlink("venvs/py312", l0 / "opt" / "venv")
+    venv_site = "opt/venvs/py312/lib/python3.12/site-packages"
+    _write(l1, f"{venv_site}/vllm/__init__.py", "# the venv's\n")
+    _write(l1, "opt/venvs/py312/bin/python3", "")
+    stored = StoredLayers("overlay2", [str(l0), str(l1)], ["a", "b"], merged=False)
+    sel = selection(stored, ["opt/venv/lib/python3.12/site-packages"], ["vllm"],
+                    ["opt/venv/bin/python3"])
+    assert sel.sites == [venv_site]
+    assert "opt/venv" in sel.points and "opt/venvs/py312/bin/python3" in sel.points
+    names = {e.name for layer in stored_layer_list(stored, sel) for e in layer.entries()}
+    assert f"{venv_site}/vllm/__init__.py" in names and "opt/venv" in names
+
+
+def test_a_chain_of_links_is_followed_a_bounded_number_of_times(tmp_path: Path) -> None:
+    """Links that go round end the chain (no answer for that path), and each chain has its
+    own budget: many candidate names do not starve the last ones."""
+    l0 = tmp_path / "l0"
+    (l0 / "usr" / "bin").mkdir(parents=True)
+    os.symlink("b", l0 / "usr" / "bin" / "a")
+    os.symlink("a", l0 / "usr" / "bin" / "b")
+    _write(l0, "opt/py/bin/python3", "")
+    stored = StoredLayers("overlay2", [str(l0)], ["a"], merged=False)
+    many = [f"usr/bin/missing{i}" for i in range(200)]
+    sel = selection(stored, [], [], ["usr/bin/a", *many, "opt/py/bin/python3"])
+    assert "opt/py/bin/python3" in sel.points
+    # the two links of the loop are reported as links (the squash sees them as the image has
+    # them); no path past them is kept, and the call came back
+    assert {"usr/bin/a", "usr/bin/b"} <= set(sel.points)
+    assert len(sel.points) == 3
+
+
+@pytest.mark.docker
+def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
+        docker_client, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    """The engine copies a layer's xattr records onto its folders, overlayfs attributes
+    included: a layer whose package folder carries ``trusted.overlay.redirect`` is not read
+    in place (recon does not apply redirects); one line says so and the snapshot comes
+    through the engine's archive API, whose mounted view the kernel resolved."""
+    import tarfile
+
+    from recon.snapshotter import take_snapshot
+    from tests.imagekit import LayerBuilder, write_docker_archive
+
+    if docker_client.info().get("Driver") != "overlay2":
+        _cannot("this engine does not store layers as overlay2 folders")
+    base = LayerBuilder(tmp_path / "l0.tar")
+    base.file("usr/local/bin/python3", b"").file(f"{PKG}/__init__.py", b"# base\n")
+    base.file(f"{SITE}/vllm-1.0.dist-info/METADATA", b"Name: vllm\nVersion: 1.0\n")
+    top = tmp_path / "l1.tar"
+    with tarfile.open(top, "w", format=tarfile.PAX_FORMAT) as tar:
+        ti = tarfile.TarInfo(PKG)
+        ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 1_700_000_000
+        ti.pax_headers = {"SCHILY.xattr.trusted.overlay.redirect": "/nowhere"}
+        tar.addfile(ti)
+    tag = "recon-test/redirect:1"
+    archive = write_docker_archive(tmp_path / "img.tar", [base.close(), top], tag=tag)
+    with open(archive, "rb") as fh:
+        docker_client.images.load(fh.read())
+    try:
+        image = docker_client.images.get(tag)
+        upper = image.attrs["GraphDriver"]["Data"]["UpperDir"]
+        try:
+            copied = os.getxattr(f"{upper}/{PKG}", "trusted.overlay.redirect")
+        except OSError:
+            copied = b""
+        if copied != b"/nowhere":
+            _cannot("the engine did not copy the layer's xattr record")
+        before = {c.id for c in docker_client.containers.list(all=True)}
+        snap = take_snapshot(f"docker:{tag}", out=tmp_path / "out", package="vllm")
+        err = capfd.readouterr().err
+        assert "trusted.overlay.redirect" in err and "reading through the engine's archive API" in err
+        assert snap.manifest["source"]["read"] == "site folders"
+        assert {c.id for c in docker_client.containers.list(all=True)} == before
+    finally:
+        docker_client.images.remove(tag, force=True)

@@ -597,6 +597,10 @@ def replace_cuda_objects(torch: Any) -> list[str]:
     return done
 
 
+#: the model :func:`build_layers` built last (the V2 runner's graph inputs read it)
+BUILT: dict[str, Any] = {}
+
+
 def build_layers(config: Any) -> dict[str, Any]:
     """The model's layers on the meta device (no memory), as the worker's model loader does.
 
@@ -616,6 +620,7 @@ def build_layers(config: Any) -> dict[str, Any]:
     with default_dtype(model_config.dtype), torch.device("meta"):
         model = initialize(vllm_config=config, model_config=model_config, prefix="")
         draft = build_draft_layers(config, initialize)
+    BUILT["model"] = model
     layers = config.compilation_config.static_forward_context
     return {"architecture": type(model).__name__, "groups": groups, "layers": len(layers),
             "cuda_objects": cuda_objects, "draft": draft}
@@ -873,10 +878,15 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                   + ("LoRA graph cases not modelled)" if manager is not None
                                      else "no CudaGraphManager._init_candidates)"))
         return
-    unknown = v2_inputs_not_modelled()
+    passed = v2_runner_keywords()
+    unknown = sorted(set().union(*(passed[n] - V2_MODELLED[n] for n in passed)))
     if unknown:
         out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner also "
                                   f"passes {', '.join(unknown)}, which engine mode does not model)")
+        return
+    inputs, refused = v2_runner_inputs(config, kv)
+    if refused:
+        out["cudagraph_stage"] = f"create_engine_config (the release's V2 model runner: {refused})"
         return
     support_cls = _find(("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"),
                         "AttentionCGSupport")
@@ -902,8 +912,12 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                                ("tensor_parallel_size",
                                 config.parallel_config.tensor_parallel_size),
                                ("kv_cache_config", kv),
-                               ("max_num_reqs", config.scheduler_config.max_num_seqs))
-             if k in wanted}
+                               ("max_num_reqs", config.scheduler_config.max_num_seqs),
+                               ("is_profiling", False),
+                               ("piecewise_capture_available",
+                                inputs["piecewise_capture_available"]))
+             if k in wanted and (k in passed["resolve_cudagraph_mode_and_sizes"]
+                                 or k not in RUNNER_STATE)}
     mode = resolve(lowest, lowest_backend, decode_len, **extra)
     view = object.__new__(manager)
     view.__dict__.update(vllm_config=config, compilation_config=comp, cudagraph_mode=mode,
@@ -911,6 +925,8 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                          max_num_reqs=config.scheduler_config.max_num_seqs,
                          dp_size=config.parallel_config.data_parallel_size,
                          tp_size=config.parallel_config.tensor_parallel_size,
+                         varlen_decode=inputs["varlen_decode"],
+                         ubatch_runner=inputs["ubatch_runner"],
                          use_breakable_cg=False, _candidates={}, _capture_descs={})
     manager._init_candidates(view)
     graphs = {jsonable(m): {"count": len(descs), "max": max((int(d.num_tokens) for d in descs),
@@ -927,29 +943,74 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
 
 #: what :func:`v2_cudagraph_phase` gives the V2 runner's two calls, beyond the positional ones
 V2_MODELLED = {"resolve_cudagraph_mode_and_sizes": {"use_v2_model_runner", "tensor_parallel_size",
-                                                    "kv_cache_config", "max_num_reqs"},
-               "ModelCudaGraphManager": {"decode_query_len", "lora_capture_cases"}}
+                                                    "kv_cache_config", "max_num_reqs",
+                                                    "is_profiling", "piecewise_capture_available"},
+               "ModelCudaGraphManager": {"decode_query_len", "lora_capture_cases", "varlen_decode",
+                                         "ubatch_runner"}}
 
 
-def v2_inputs_not_modelled() -> list[str]:
-    """Keywords the release's V2 runner gives its graph calls that the view does not.
+def v2_runner_inputs(config: Any, kv: Any) -> tuple[dict[str, Any], str]:
+    """What the V2 runner computes for its graph calls (0.33.0's ``initialize_kv_cache``),
+    each from the release's own function, or the reason engine mode cannot say.
+
+    * ``is_profiling``: False; the graphs are captured after the final KV cache
+      initialization, not the profiling one.
+    * ``piecewise_capture_available``: the runner's ``VLLM_USE_BREAKABLE_CUDAGRAPH`` (the
+      release's ``envs``) or ``has_compiled_submodule`` of the model built on the meta device.
+    * ``ubatch_runner``: the release's ``maybe_build_ubatch_runner``, which returns None
+      unless dual batch overlap is on; with it on, the microbatched graphs are not modelled.
+    * ``varlen_decode``: whether an adaptive verification manager exists. It exists only
+      when the speculator asks for it, and the speculator clears that flag from its
+      checkpoint (which engine mode does not load): asked for, the answer is refused.
+    """
+    cg = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+    envs = importlib.import_module("vllm.envs")
+    compiled = getattr(cg, "has_compiled_submodule", None)
+    model = BUILT.get("model")
+    breakable = bool(getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False))
+    piecewise = breakable or bool(compiled is not None and model is not None and compiled(model))
+    inputs: dict[str, Any] = {"piecewise_capture_available": piecewise, "varlen_decode": False,
+                              "ubatch_runner": None}
+    spec = getattr(config, "speculative_config", None)
+    if spec is not None and getattr(spec, "enable_adaptive_verification", False):
+        return inputs, ("adaptive verification depends on the draft checkpoint's confidence "
+                        "head, which engine mode does not load")
+    try:
+        build = importlib.import_module("vllm.v1.worker.gpu.ubatch_utils").maybe_build_ubatch_runner
+    except (ImportError, AttributeError):
+        return inputs, ""
+    try:
+        runner = build(config, None, None, None, kv, config.scheduler_config.max_num_seqs)
+    except Exception as err:  # noqa: BLE001 - it began to build one: dual batch overlap is on
+        return inputs, f"dual batch overlap's microbatched graphs are not modelled ({type(err).__name__})"
+    if runner is not None:
+        return inputs, "dual batch overlap's microbatched graphs are not modelled"
+    return inputs, ""
+
+
+#: keywords computed from the runner's own state: given only where the runner gives them
+RUNNER_STATE = {"is_profiling", "piecewise_capture_available"}
+
+
+def v2_runner_keywords() -> dict[str, set[str]]:
+    """The keywords the release's V2 runner gives its two graph calls.
 
     Found by reading the runner's own source (``vllm.v1.worker.gpu.model_runner``): a
-    release that passes more (0.33.0: ``piecewise_capture_available``, ``varlen_decode``,
-    ``ubatch_runner``) decides its graphs from state engine mode does not build, so its
-    graph counts are not predicted rather than guessed.
+    keyword engine mode does not model (:data:`V2_MODELLED`) means the release decides
+    its graphs from state engine mode does not build, so its graph counts are not
+    predicted rather than guessed.
     """
     module = importlib.import_module("vllm.v1.worker.gpu.model_runner")
     tree = ast.parse(inspect.getsource(module))
-    unknown: set[str] = set()
+    passed: dict[str, set[str]] = {name: set() for name in V2_MODELLED}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name in V2_MODELLED:
-            unknown |= {k.arg for k in node.keywords if k.arg} - V2_MODELLED[name]
-    return sorted(unknown)
+        if name in passed:
+            passed[name] |= {k.arg for k in node.keywords if k.arg}
+    return passed
 
 
 def model_runner(config: Any) -> str:

@@ -343,10 +343,12 @@ def _open_in_place(client: Any, image: Any, ref: str, config: ImageConfig, pytho
     from .stored import find_stored, selection, stored_layer_list
 
     try:
-        root_dir = str(client.info().get("DockerRootDir") or "")
+        info = client.info()
     except Exception:  # an engine that will not say: only GraphDriver paths can be used
-        root_dir = ""
-    stored, why = find_stored(image.attrs, root_dir)
+        info = {}
+    root_dir = str(info.get("DockerRootDir") or "")
+    rootless = any("rootless" in str(opt) for opt in info.get("SecurityOptions") or [])
+    stored, why = find_stored(image.attrs, root_dir, rootless=rootless)
     if stored is None:
         print(f"recon: {why}; reading through the engine's archive API instead", file=sys.stderr,
               flush=True)

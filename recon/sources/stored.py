@@ -34,9 +34,9 @@ regular file (a FIFO cannot block the read).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-import posixpath
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,13 +46,22 @@ from ..errors import ReconError
 from .base import Layer
 from .entry import DIR, FILE, OTHER, SYMLINK, Entry
 
-OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 OPAQUE = ".wh..wh..opq"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: errors that mean "this layer has no such path" (anything else is an error, not an absence)
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 #: site-folder children whose contents are read: distribution metadata (the rest of a
 #: site folder is only listed; the packages asked for are added by name)
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
+MAX_LINK_HOPS = 40
+CAP_SYS_ADMIN = 21
+
+
+class InPlaceRefused(ReconError):
+    """A layer folder uses an overlayfs feature recon does not apply in place (redirects,
+    metacopy, attribute whiteouts) or a name the engine never writes: the image is read
+    through the engine instead, which applies them as the kernel does."""
 
 
 @dataclass
@@ -64,6 +73,9 @@ class StoredLayers:
     diff_ids: list[str]  # one per folder: the layer that folder stands for
     merged: bool  # vfs: one folder is the whole filesystem, not one layer's changes
     sizes: list[int] = field(default_factory=list)  # bytes of each layer, from the layer database
+    #: the attribute namespace overlayfs reads for this engine: ``trusted`` (a root engine),
+    #: ``user`` (a rootless one, mounted with ``userxattr``); the other one the kernel ignores
+    xattr_ns: str = "trusted"
 
 
 def chain_ids(diff_ids: list[str]) -> list[str]:
@@ -77,9 +89,25 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     return out
 
 
-def find_stored(attrs: dict[str, Any], root_dir: str | None) -> tuple[StoredLayers | None, str]:
+def _has_cap_sys_admin() -> bool:
+    """Whether this process may read ``trusted.*`` attributes (CAP_SYS_ADMIN in the initial
+    user namespace): without it the kernel answers "no such attribute", and an opaque
+    folder would read as an ordinary one."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            caps = next((line.split()[1] for line in fh if line.startswith("CapEff:")), "0")
+        with open("/proc/self/uid_map", encoding="ascii") as fh:
+            initial = fh.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+    return initial and bool(int(caps, 16) >> CAP_SYS_ADMIN & 1)
+
+
+def find_stored(attrs: dict[str, Any], root_dir: str | None,
+                rootless: bool = False) -> tuple[StoredLayers | None, str]:
     """The image's layer folders from its inspect data and the engine's root folder, or
-    ``None`` and, in words, why they cannot be read here."""
+    ``None`` and, in words, why they cannot be read here. ``rootless``: the engine says it
+    runs rootless (``docker info``'s security options), so overlayfs reads ``user.*``."""
     driver = attrs.get("GraphDriver") or {}
     name = str(driver.get("Name") or "")
     diff_ids = [str(d) for d in ((attrs.get("RootFS") or {}).get("Layers") or [])]
@@ -93,7 +121,11 @@ def find_stored(attrs: dict[str, Any], root_dir: str | None) -> tuple[StoredLaye
         if len(folders) != len(diff_ids):
             return None, (f"the engine names {len(folders)} overlay2 folders for "
                           f"{len(diff_ids)} layers")
-        stored = StoredLayers(name, folders, diff_ids, merged=False)
+        stored = StoredLayers(name, folders, diff_ids, merged=False,
+                              xattr_ns="user" if rootless else "trusted")
+        if not rootless and not _has_cap_sys_admin():
+            return None, ("reading overlayfs's trusted.* attributes (opaque folders) needs "
+                          "CAP_SYS_ADMIN, which this process does not have")
     elif name == "vfs":
         if not root_dir:
             return None, "the engine does not say where its storage is"
@@ -132,9 +164,28 @@ def _layer_size(root_dir: str, driver: str, chain: str) -> int:
 # --- reading one layer folder -------------------------------------------------
 
 
+def clean_path(path: str) -> str:
+    """``path`` relative to the image root: ``.`` dropped, ``..`` taken back but never above
+    the root (as the kernel resolves it inside a container). Paths come from the image's
+    config, ``.pth`` files and link targets, so nothing may climb out of a layer folder."""
+    out: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(part)
+    return "/".join(out)
+
+
 def _open_dir(root_fd: int, parts: list[str]) -> int:
     """A descriptor of ``parts`` under ``root_fd``, opened one component at a time with
-    ``O_NOFOLLOW`` (so a symlink anywhere on the way is an error, never followed)."""
+    ``O_NOFOLLOW`` (so a symlink anywhere on the way is an error, never followed); a
+    component that could climb (``..``) or is empty is refused outright."""
+    if any(p in ("", ".", "..") or "/" in p for p in parts):
+        raise ReconError(f"unsafe path {'/'.join(parts)!r} for a layer folder")
     fd = os.dup(root_fd)
     try:
         for part in parts:
@@ -147,16 +198,29 @@ def _open_dir(root_fd: int, parts: list[str]) -> int:
     return fd
 
 
+def _storage_error(err: OSError, where: str) -> ReconError:
+    return ReconError(f"cannot read the engine's storage ({err.strerror})", where=where)
+
+
 def _lstat(root_fd: int, parts: list[str]) -> os.stat_result | None:
-    """``lstat`` of ``parts`` in a layer folder; None where the layer does not have it."""
+    """``lstat`` of ``parts`` in a layer folder; None where the layer does not have it (a
+    refused permission is an error: it must not read as "not there")."""
+    if not parts:
+        return None
     try:
         fd = _open_dir(root_fd, parts[:-1])
-    except OSError:
-        return None
+    except OSError as err:
+        if err.errno in _ABSENT:
+            return None
+        raise _storage_error(err, "/".join(parts)) from err
     try:
+        if parts[-1] in (".", ".."):
+            raise ReconError(f"unsafe path {'/'.join(parts)!r} for a layer folder")
         return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
-    except OSError:
-        return None
+    except OSError as err:
+        if err.errno in _ABSENT:
+            return None
+        raise _storage_error(err, "/".join(parts)) from err
     finally:
         os.close(fd)
 
@@ -165,14 +229,32 @@ def _is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def _is_opaque(fd: int) -> bool:
-    for attr in OPAQUE_XATTRS:
-        try:
-            if os.getxattr(fd, attr) == b"y":
-                return True
-        except OSError:
+def overlay_attrs(fd: int, ns: str, where: str) -> bool:
+    """Whether the open folder or file ``fd`` is opaque (``<ns>.overlay.opaque`` = ``y``).
+
+    Any other overlayfs attribute of the namespace the kernel reads (a redirect, metacopy,
+    an attribute whiteout or an opaque value other than ``y``) changes what the kernel
+    shows in ways recon does not apply, and the image can carry them (the engine copies a
+    layer's ``SCHILY.xattr`` records): :class:`InPlaceRefused`. The other namespace's
+    attributes are ignored, as the kernel ignores them.
+    """
+    try:
+        names = os.listxattr(fd)
+    except OSError as err:
+        if err.errno in (errno.ENOTSUP, errno.ENODATA):
+            return False
+        raise _storage_error(err, where) from err
+    opaque = False
+    for name in names:
+        if not name.startswith(f"{ns}.overlay."):
             continue
-    return False
+        value = os.getxattr(fd, name)
+        if name == f"{ns}.overlay.opaque" and value == b"y":
+            opaque = True
+        else:
+            raise InPlaceRefused(f"overlayfs attribute {name}={value[:40]!r} in the engine's "
+                                 "storage, which recon does not apply in place", where=where)
+    return opaque
 
 
 @dataclass
@@ -194,10 +276,11 @@ class StoredLayer(Layer):
     """One layer folder of the engine's storage, read in place (see the module docstring)."""
 
     def __init__(self, index: int, diff_id: str, folder: str, selection: Selection,
-                 media_type: str) -> None:
+                 media_type: str, xattr_ns: str = "trusted") -> None:
         super().__init__(index, diff_id, diff_id=diff_id, media_type=media_type)
         self.folder = folder
         self.selection = selection
+        self.xattr_ns = xattr_ns
 
     def entries(self) -> Iterator[Entry]:
         yield from self._read(self.selection)
@@ -206,7 +289,10 @@ class StoredLayer(Layer):
         yield from self._read(Selection(trees=list(roots)))
 
     def _read(self, sel: Selection) -> Iterator[Entry]:
-        root = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            root = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _storage_error(err, self.folder) from err
         try:
             walk = _Walk(self, root)
             for path in sel.points:
@@ -216,6 +302,9 @@ class StoredLayer(Layer):
                                      or rel.endswith(METADATA_SUFFIXES))
             for path in sel.trees:
                 yield from walk.tree(path, lambda rel: True)
+            if os.fstat(root).st_nlink == 0:  # the engine removed the image meanwhile
+                raise ReconError("the image was removed from the engine while recon read it",
+                                 where=self.folder)
         finally:
             os.close(root)
 
@@ -226,7 +315,11 @@ class _Walk:
     def __init__(self, layer: StoredLayer, root: int) -> None:
         self.layer = layer
         self.root = root
+        self.ns = layer.xattr_ns
         self.seen: set[str] = set()
+
+    def _where(self, parts: list[str]) -> str:
+        return f"{self.layer.folder}/{'/'.join(parts)}"
 
     def _stat(self, parts: list[str]) -> os.stat_result | None:
         return _lstat(self.root, parts)
@@ -251,55 +344,61 @@ class _Walk:
         if name in self.seen:
             return
         self.seen.add(name)
+        if parts[-1].startswith(".wh."):  # the engine never writes one: it would read as a marker
+            raise InPlaceRefused("a name starting with .wh. in the engine's storage",
+                                 where=self._where(parts))
         if _is_whiteout(st):
             parent, _, base = name.rpartition("/")
             yield Entry(f"{parent}/.wh.{base}" if parent else f".wh.{base}", OTHER)
         elif stat.S_ISDIR(st.st_mode):
             yield Entry(name, DIR)
+            fd = self._open(lambda: _open_dir(self.root, parts), parts)
             try:
-                fd = _open_dir(self.root, parts)
-            except OSError:
-                return
-            try:
-                if _is_opaque(fd):
+                if overlay_attrs(fd, self.ns, self._where(parts)):
                     yield Entry(f"{name}/{OPAQUE}", OTHER)
             finally:
                 os.close(fd)
         elif stat.S_ISLNK(st.st_mode):
-            fd = _open_dir(self.root, parts[:-1])
-            try:
-                target = os.readlink(parts[-1], dir_fd=fd)
-            finally:
-                os.close(fd)
-            yield Entry(name, SYMLINK, 0, target)
+            yield Entry(name, SYMLINK, 0, self._open(lambda: _readlink_at(self.root, parts), parts))
         elif stat.S_ISREG(st.st_mode):
             yield Entry(name, FILE, st.st_size, None, st.st_mode & 0o777,
                         lambda: self._open_file(parts))
         else:
             yield Entry(name, OTHER)
 
-    def _open_file(self, parts: list[str]) -> IO[bytes]:
-        """A regular file of this layer, opened without following anything."""
-        where = f"{self.layer.folder}/{'/'.join(parts)}"
+    def _open(self, how: Callable[[], Any], parts: list[str]) -> Any:
         try:
+            return how()
+        except OSError as err:
+            raise _storage_error(err, self._where(parts)) from err
+
+    def _open_file(self, parts: list[str]) -> IO[bytes]:
+        """A regular file of this layer, opened without following anything, refused where
+        overlayfs would show other bytes than its own (a metacopy or redirect attribute)."""
+        where = self._where(parts)
+
+        def opened() -> int:
             fd = _open_dir(self.root, parts[:-1])
             try:
-                file_fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+                return os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
             finally:
                 os.close(fd)
-        except OSError as err:
-            raise ReconError(f"cannot open a file of the engine's storage ({err.strerror})",
-                             where=where) from err
-        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+
+        file_fd = self._open(opened, parts)
+        try:
+            st = os.fstat(file_fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ReconError("not a regular file in the engine's storage", where=where)
+            overlay_attrs(file_fd, self.ns, where)
+            os.set_blocking(file_fd, True)
+        except BaseException:
             os.close(file_fd)
-            raise ReconError("not a regular file in the engine's storage", where=where)
-        os.set_blocking(file_fd, True)
-        fh = os.fdopen(file_fd, "rb")
-        self.layer.bytes_read += os.fstat(file_fd).st_size
-        return fh
+            raise
+        self.layer.bytes_read += st.st_size
+        return os.fdopen(file_fd, "rb")
 
     def point(self, path: str) -> Iterator[Entry]:
-        parts = [p for p in path.split("/") if p]
+        parts = [p for p in clean_path(path).split("/") if p]
         if not parts:
             return
         yield from self._ancestors(parts)
@@ -310,7 +409,7 @@ class _Walk:
     def tree(self, path: str, descend: Callable[[str], bool]) -> Iterator[Entry]:
         """``path`` and what lies under it, descending into a child of ``path`` (named
         relative to it) only where ``descend(rel)`` says so."""
-        parts = [p for p in path.split("/") if p]
+        parts = [p for p in clean_path(path).split("/") if p]
         if not parts:
             return
         yield from self._ancestors(parts)
@@ -323,70 +422,116 @@ class _Walk:
         stack = [parts]
         while stack:
             folder = stack.pop()
-            try:
-                fd = _open_dir(self.root, folder)
-            except OSError as err:
-                raise ReconError(f"cannot read a folder of the engine's storage ({err.strerror})",
-                                 where=f"{self.layer.folder}/{'/'.join(folder)}") from err
-            try:
-                with os.scandir(fd) as it:
-                    children = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
-            finally:
-                os.close(fd)
-            for child, cst in children:
+            for child, cst in self._list(folder):
                 child_parts = [*folder, child]
                 yield from self._entry(child_parts, cst)
                 rel = "/".join(child_parts[len(parts):])
                 if stat.S_ISDIR(cst.st_mode) and descend(rel):
                     stack.append(child_parts)
 
+    def _list(self, folder: list[str]) -> list[tuple[str, os.stat_result]]:
+        """A folder's children with their ``lstat``, sorted by name."""
+        def listed() -> list[tuple[str, os.stat_result]]:
+            fd = _open_dir(self.root, folder)
+            try:
+                with os.scandir(fd) as it:
+                    return sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+            finally:
+                os.close(fd)
+
+        return self._open(listed, folder)  # type: ignore[no-any-return]
+
+
+def _readlink_at(root: int, parts: list[str]) -> str:
+    fd = _open_dir(root, parts[:-1])
+    try:
+        return os.readlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+class _Resolver:
+    """Paths of the image resolved through its own symlinks, across the layer folders.
+
+    What exists where is asked of the topmost layer folder that has the path (enough to
+    decide what to *read*: the squash still decides what is visible). A link on the way
+    (``/opt/venv -> venvs/py312``) is kept as a point, so the squash records it for the
+    locator, and the path is followed to the folder it names, as the engine's own
+    lookups (and a process in the container) would.
+    """
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = list(reversed(roots))  # top first
+        self.links: set[str] = set()
+
+    def top(self, parts: list[str]) -> tuple[int, os.stat_result] | None:
+        for fd in self.roots:
+            st = _lstat(fd, parts)
+            if st is not None:
+                return None if _is_whiteout(st) else (fd, st)
+        return None
+
+    def resolve(self, path: str, follow_last: bool = False) -> tuple[str, os.stat_result] | None:
+        """``path`` with every symlink on the way replaced (the last one only when asked),
+        and its ``lstat``; None where it does not exist or the links go round."""
+        parts = clean_path(path).split("/")
+        i = hops = 0
+        while parts and parts[0] and i < len(parts):
+            found = self.top(parts[:i + 1])
+            if found is None:
+                return None
+            fd, st = found
+            if stat.S_ISLNK(st.st_mode) and (i < len(parts) - 1 or follow_last):
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    return None
+                self.links.add("/".join(parts[:i + 1]))
+                target = _readlink_at(fd, parts[:i + 1])
+                base = "" if target.startswith("/") else "/".join(parts[:i])
+                parts = clean_path(f"{base}/{target}/{'/'.join(parts[i + 1:])}").split("/")
+                i = 0
+                continue
+            i += 1
+        if not parts or not parts[0]:
+            return None
+        found = self.top(parts)
+        return ("/".join(parts), found[1]) if found else None
+
 
 def selection(stored: StoredLayers, sites: list[str], packages: list[str],
               points: list[str]) -> Selection:
-    """Keep the candidate site folders and single paths that some layer folder has (a
-    missing one costs one failed ``open``), and follow the symlinks among the single
-    paths (``python3`` -> ``python3.12``) hop by hop, in every layer."""
-    roots = [os.open(f, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for f in stored.folders]
+    """Keep the candidate site folders and single paths that the image has, resolved
+    through its own symlinks (a missing one costs a failed ``open`` per layer): the links
+    met on the way (``python3`` -> ``python3.12``, ``/opt/venv`` -> ...) become points too,
+    so the squash sees them as the image has them. Each chain of links is followed at
+    most :data:`MAX_LINK_HOPS` times."""
     try:
-        def lstat_any(path: str) -> list[os.stat_result]:
-            parts = [p for p in path.split("/") if p]
-            return [st for st in (_lstat(fd, parts) for fd in roots) if st is not None]
-
-        kept_sites = [s for s in sites if any(stat.S_ISDIR(st.st_mode) for st in lstat_any(s))]
+        roots = [os.open(f, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for f in stored.folders]
+    except OSError as err:
+        raise _storage_error(err, stored.folders[0]) from err
+    try:
+        resolver = _Resolver(roots)
+        kept_sites: list[str] = []
         kept_points: list[str] = []
-        todo = list(points)
-        hops = 0
-        while todo and hops < 64:
-            path = todo.pop(0).strip("/")
-            hops += 1
-            if not path or path in kept_points:
+        for site in sites:
+            # a site folder that is itself a link stays a link (the locator follows it, and
+            # the squash's second pass reads where it points); links above it are followed
+            found = resolver.resolve(site)
+            if found is None:
                 continue
-            found = lstat_any(path)
-            if not found:
-                continue
-            kept_points.append(path)
-            for fd in roots:
-                target = _readlink_in(fd, path)
-                if target is not None:
-                    todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)))
+            if stat.S_ISDIR(found[1].st_mode) and found[0] not in kept_sites:
+                kept_sites.append(found[0])
+            elif stat.S_ISLNK(found[1].st_mode):
+                kept_points.append(found[0])
+        for point in points:
+            found = resolver.resolve(point, follow_last=True)
+            if found is not None and found[0] not in kept_points:
+                kept_points.append(found[0])
     finally:
         for fd in roots:
             os.close(fd)
-    return Selection(sites=kept_sites, packages=set(packages), points=kept_points)
-
-
-def _readlink_in(root: int, path: str) -> str | None:
-    parts = [p for p in path.split("/") if p]
-    try:
-        fd = _open_dir(root, parts[:-1])
-    except OSError:
-        return None
-    try:
-        return os.readlink(parts[-1], dir_fd=fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    links = sorted(resolver.links - set(kept_points))
+    return Selection(sites=kept_sites, packages=set(packages), points=[*links, *kept_points])
 
 
 def stored_layer_list(stored: StoredLayers, sel: Selection) -> list[Layer]:
@@ -394,7 +539,7 @@ def stored_layer_list(stored: StoredLayers, sel: Selection) -> list[Layer]:
     media = f"docker-engine-storage ({stored.driver}{', merged' if stored.merged else ''})"
     layers: list[Layer] = []
     for i, (diff, folder) in enumerate(zip(stored.diff_ids, stored.folders, strict=True)):
-        layer = StoredLayer(i, diff, folder, sel, media)
+        layer = StoredLayer(i, diff, folder, sel, media, stored.xattr_ns)
         layer.size = stored.sizes[i] if i < len(stored.sizes) else 0
         layers.append(layer)
     return layers
