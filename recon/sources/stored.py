@@ -74,7 +74,8 @@ class StoredLayers:
     merged: bool  # vfs: one folder is the whole filesystem, not one layer's changes
     sizes: list[int] = field(default_factory=list)  # bytes of each layer, from the layer database
     #: the attribute namespace overlayfs reads for this engine: ``trusted`` (a root engine),
-    #: ``user`` (a rootless one, mounted with ``userxattr``); the other one the kernel ignores
+    #: ``user`` (a rootless one, mounted with ``userxattr``); the other one the kernel ignores;
+    #: empty for vfs, which is not overlayfs
     xattr_ns: str = "trusted"
 
 
@@ -139,7 +140,7 @@ def find_stored(attrs: dict[str, Any], root_dir: str | None,
         if not cache_id or "/" in cache_id or cache_id.startswith("."):
             return None, "the engine's layer database names no folder for the top layer"
         stored = StoredLayers(name, [os.path.join(root_dir, "vfs", "dir", cache_id)], diff_ids[-1:],
-                              merged=True)
+                              merged=True, xattr_ns="")  # vfs applies no overlay attributes
     else:
         return None, f"the engine's storage ({name or 'unknown'}) is not read in place"
     for folder in stored.folders:
@@ -236,8 +237,11 @@ def overlay_attrs(fd: int, ns: str, where: str) -> bool:
     an attribute whiteout or an opaque value other than ``y``) changes what the kernel
     shows in ways recon does not apply, and the image can carry them (the engine copies a
     layer's ``SCHILY.xattr`` records): :class:`InPlaceRefused`. The other namespace's
-    attributes are ignored, as the kernel ignores them.
+    attributes are ignored, as the kernel ignores them; with no namespace (vfs, which
+    is not overlayfs) all of them are.
     """
+    if not ns:
+        return False
     try:
         names = os.listxattr(fd)
     except OSError as err:
