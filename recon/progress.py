@@ -51,11 +51,14 @@ class Task:
                          amount=self._amount(), **extra)
 
     def close(self) -> None:
-        """Remove the line; the display stops when no task is left."""
+        """Draw the line's last state once (a step shorter than the refresh interval would
+        otherwise never show its total), then remove it; the display stops when no task
+        is left."""
         global _open
         if self._bar is None:
             return
         with _lock:
+            self._bar.refresh()
             self._bar.remove_task(self._id)
             _open -= 1
             if _open == 0:

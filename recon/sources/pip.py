@@ -121,7 +121,8 @@ def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
 
     (cache_dir() / "tmp").mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="pip-", dir=cache_dir() / "tmp"))
-    env = dict(os.environ, TMPDIR=str(scratch))
+    # unbuffered: pip's size line arrives when pip prints it, before the bytes, not at its exit
+    env = dict(os.environ, TMPDIR=str(scratch), PYTHONUNBUFFERED="1")
     out: list[str] = []
     try:
         with progress.step(f"downloading {spec}", unit="bytes") as line, \
