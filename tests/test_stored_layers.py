@@ -365,7 +365,8 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
     """The engine copies a layer's xattr records onto its folders, overlayfs attributes
     included: a layer whose package folder carries ``trusted.overlay.redirect`` is not read
     in place (recon does not apply redirects); one line says so and the snapshot comes
-    through the engine's archive API, whose mounted view the kernel resolved."""
+    through the engine's archive API, whose mounted view the kernel resolved: the package
+    folder shows the lower folder the redirect names, not the lower ``vllm``."""
     import tarfile
 
     from recon.snapshotter import take_snapshot
@@ -375,12 +376,13 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
         _cannot("this engine does not store layers as overlay2 folders")
     base = LayerBuilder(tmp_path / "l0.tar")
     base.file("usr/local/bin/python3", b"").file(f"{PKG}/__init__.py", b"# base\n")
+    base.file("opt/other/__init__.py", b"# redirected\n")
     base.file(f"{SITE}/vllm-1.0.dist-info/METADATA", b"Name: vllm\nVersion: 1.0\n")
     top = tmp_path / "l1.tar"
     with tarfile.open(top, "w", format=tarfile.PAX_FORMAT) as tar:
         ti = tarfile.TarInfo(PKG)
         ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 1_700_000_000
-        ti.pax_headers = {"SCHILY.xattr.trusted.overlay.redirect": "/nowhere"}
+        ti.pax_headers = {"SCHILY.xattr.trusted.overlay.redirect": "/opt/other"}
         tar.addfile(ti)
     tag = "recon-test/redirect:1"
     archive = write_docker_archive(tmp_path / "img.tar", [base.close(), top], tag=tag)
@@ -393,13 +395,14 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
             copied = os.getxattr(f"{upper}/{PKG}", "trusted.overlay.redirect")
         except OSError:
             copied = b""
-        if copied != b"/nowhere":
+        if copied != b"/opt/other":
             _cannot("the engine did not copy the layer's xattr record")
         before = {c.id for c in docker_client.containers.list(all=True)}
         snap = take_snapshot(f"docker:{tag}", out=tmp_path / "out", package="vllm")
         err = capfd.readouterr().err
         assert "trusted.overlay.redirect" in err and "reading through the engine's archive API" in err
         assert snap.manifest["source"]["read"] == "site folders"
+        assert (snap.src / "vllm" / "__init__.py").read_bytes() == b"# redirected\n"
         assert {c.id for c in docker_client.containers.list(all=True)} == before
     finally:
         docker_client.images.remove(tag, force=True)
