@@ -45,7 +45,8 @@ from .gpus import gpu as lookup_gpu
 CHILD = Path(__file__).with_name("sglang_child.py")
 #: the standard-library-only files the child loads by path (their bytes are part of the cache key)
 HELPERS = (Path(__file__).with_name("child.py"),
-           Path(__file__).parent.parent / "slicing" / "stubs.py")
+           Path(__file__).parent.parent / "slicing" / "stubs.py",
+           Path(__file__).with_name("sglang_pools.py"))
 #: ``torch.version.cuda`` of the CUDA torch build the server runs (the CPU torch here has none);
 #: the releases compare it with 11.0, 12.3 and 12.8 (``_check_cuda_device_version``)
 DEFAULT_CUDA = "12.8"
@@ -81,6 +82,8 @@ class ServerArgsFacts:
     env: dict[str, Any]
     peak_rss_mb: float = 0.0
     log: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    #: the release's pool sizing per memory point (``memory=`` asked for it), else None
+    pools: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Identifier keys, numbers as numbers (``--json``)."""
@@ -90,7 +93,36 @@ class ServerArgsFacts:
                 "decisions": self.decisions,
                 "launch_check": self.launch_check, "assumptions": self.assumptions,
                 "replaced": self.replaced, "warnings": self.warnings, "seconds": self.seconds,
-                "peak_rss_mb": self.peak_rss_mb, "env": self.env, "ran": self.ran}
+                "peak_rss_mb": self.peak_rss_mb, "env": self.env, "ran": self.ran,
+                **({"pools": self.pools} if self.pools is not None else {})}
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """Free GPU memory, in GB as SGLang prints it, at the two points its pool sizing reads.
+
+    ``available_gb``: after the weights are loaded (the log's ``Load weight end.
+    ... avail mem=``); ``pre_load_gb``: before (the release measures it when its
+    process group starts; the log's ``Load weight begin. avail mem=`` is the
+    nearest printed figure). One pair per point; ``graphs`` also asks for the
+    decode CUDA graph batch sizes.
+    """
+
+    available_gb: tuple[float, ...]
+    pre_load_gb: tuple[float, ...]
+    graphs: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.available_gb or len(self.available_gb) != len(self.pre_load_gb):
+            raise ReconError("memory figures: one pre-load figure for each available figure")
+        for a, p in zip(self.available_gb, self.pre_load_gb, strict=True):
+            if not (0 < a <= p):
+                raise ReconError(f"memory figures: free memory after the weights ({a} GB) must "
+                                 f"be positive and at most the free memory before ({p} GB)")
+
+    def as_request(self) -> dict[str, Any]:
+        return {"available_gb": list(self.available_gb), "pre_load_gb": list(self.pre_load_gb),
+                "graphs": self.graphs}
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -164,13 +196,16 @@ def server_args(snapshot: Snapshot, flags: str | list[str], config_json: dict[st
                 gpu: str | None = None, gpu_count: int = DEFAULT_GPU_COUNT,
                 env: dict[str, str] | None = None, cuda_version: str = DEFAULT_CUDA,
                 draft_config: dict[str, Any] | None = None,
+                memory: MemoryFigures | None = None,
                 timeout: float = 600.0, sandbox: bool = True) -> ServerArgsFacts:
     """What ``snapshot``'s SGLang resolves for ``flags`` and ``config_json`` on ``gpu``.
 
     ``flags`` is the command line as typed (``python -m sglang.launch_server
     --model-path M ...`` or ``sglang serve M ...``); the model path stands for
     a scratch folder holding ``config_json`` (and ``--speculative-draft-model-path``
-    one holding ``draft_config``, where given). Answers are kept under
+    one holding ``draft_config``, where given). With ``memory``, the release
+    also sizes its KV and mamba pools and its decode CUDA graph batch sizes
+    for each pair of free-memory figures (``ServerArgsFacts.pools``). Answers are kept under
     :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
     Raises :class:`EngineUsageError` where the release's parser refuses the
@@ -184,7 +219,8 @@ def server_args(snapshot: Snapshot, flags: str | list[str], config_json: dict[st
     entry, argv, typed_env = launcher_argv(flags)
     request = {"entry": entry, "argv": argv, "config": config_json, "draft_config": draft_config,
                "gpu": {**board.as_json(), "count": gpu_count}, "cuda_version": cuda_version,
-               "env": {**typed_env, **(env or {})}}
+               "env": {**typed_env, **(env or {})},
+               "memory": memory.as_request() if memory is not None else None}
     key = result_key(snapshot, renv, request, sandbox)
     result = cached_result(key)
     if result is None:
@@ -261,6 +297,7 @@ def _failure(snapshot: Snapshot, result: dict[str, Any]) -> ReconError:
         return SglangNotApplicable(f"not applicable to {snapshot.package} {snapshot.version}: "
                                    f"{result['not_applicable']}")
     err = (result.get("errors") or [{"error": "no answer"}])[-1]
+    what = "size its memory pools" if err.get("stage") == "pools" else "resolve its ServerArgs"
     frames = re.findall(r'File "([^"]+)", line (\d+)', str(err.get("traceback", "")))
     where = f" (at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
     lines = [ln.strip() for ln in str(err.get("error")).splitlines() if ln.strip()]
@@ -268,7 +305,7 @@ def _failure(snapshot: Snapshot, result: dict[str, Any]) -> ReconError:
     if "huggingface.co" in str(err.get("error")) or "offline" in str(err.get("error")).lower():
         hint = ("; engine mode is offline: a model the release loads must be given as a "
                 "config.json (the model's --config; a draft model's --draft-config)")
-    return EngineFailed(f"{snapshot.label} did not resolve its ServerArgs: "
+    return EngineFailed(f"{snapshot.label} did not {what}: "
                         f"{(lines or ['no answer'])[0][:600]}{where}{hint}")
 
 
@@ -295,4 +332,5 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         seconds={**seconds, **result.get("seconds", {}), "env_built": renv.built_seconds},
         env={"root": str(renv.root),
              "installed": len(cast(list[str], renv.record.get("installed", [])))},
-        peak_rss_mb=float(result.get("peak_rss_mb") or 0.0), log=result.get("log", []))
+        peak_rss_mb=float(result.get("peak_rss_mb") or 0.0), log=result.get("log", []),
+        pools=result.get("pools"))

@@ -69,8 +69,10 @@ def _load(name: str, path: str) -> types.ModuleType:
 
 if TYPE_CHECKING:  # the same files, as the type checker finds them in the package
     from . import child as vchild
+    from . import sglang_pools as vpools
 else:
     vchild = _load("recon_engine_child", os.path.join(HERE, "child.py"))
+    vpools = _load("recon_engine_sglang_pools", os.path.join(HERE, "sglang_pools.py"))
 
 
 def jsonable(value: Any) -> Any:
@@ -569,7 +571,7 @@ def _restore_model(value: Any, scratch: str, model: Any) -> Any:
     return value
 
 
-def decide(req: dict[str, Any], out: dict[str, Any], dec: Decisions) -> None:
+def decide(req: dict[str, Any], out: dict[str, Any], dec: Decisions) -> Any:
     """Parse, resolve and check; the resolved fields and what changed them go into ``out``."""
     lap = time.monotonic()
     server_args, seen, assigned = build(req, dec)
@@ -597,6 +599,7 @@ def decide(req: dict[str, Any], out: dict[str, Any], dec: Decisions) -> None:
                                                                        None))
                          else "ServerArgs.__post_init__")
     out["record_class"] = f"{type(server_args).__module__}.{type(server_args).__qualname__}"
+    return server_args
 
 
 def answer(req: dict[str, Any]) -> dict[str, Any]:
@@ -607,16 +610,20 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     probes = replace_smi_probes(dict(req["gpu"]))
     imported = time.monotonic()
     dec = Decisions(req["src"])
+    stage = "server_args"
     try:
         with dec.active():
-            decide(req, out, dec)
+            server_args = decide(req, out, dec)
+            if req.get("memory"):
+                stage = "pools"
+                out["pools"] = vpools.pools(server_args, req["memory"], hooks["logs"])
         out["ok"] = True
     except UsageError as err:
         out["usage_error"] = {"exit_code": err.code, "message": str(err)}
-    except Lacking as err:
+    except (Lacking, vpools.Lacking) as err:
         out["not_applicable"] = str(err)
     except Exception as err:  # noqa: BLE001 - the release's own error, reported whole
-        out["errors"].append({"stage": "server_args", "error": f"{type(err).__name__}: {err}",
+        out["errors"].append({"stage": stage, "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-4000:]})
     logs = hooks["logs"]
     out["log"] = [r for r in logs.records if r["level"] != "DEBUG"][-300:]
@@ -625,7 +632,8 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         **hooks["gpu_packages"].report(),
         "custom_ops_called": sorted(set(vchild.MISSING_OPS.called)),
         "device": hooks["device"] + probes,
-        "refused": sorted(set(hooks["guard"].refused))}
+        "refused": sorted(set(hooks["guard"].refused)),
+        "pools": out.get("pools", {}).pop("replaced", [])}
     out["ran"] = dec.functions()
     out["seconds"] = {"import": round(imported - start, 2),
                       "decide": round(time.monotonic() - imported, 2), **out.pop("phases")}

@@ -17,24 +17,12 @@ capability such as ``sm90``; default h100, said so), ``gpu_count`` (default 8),
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ...engine.config import DEFAULT_GPU_COUNT
-from ...engine.gpus import board_for
-from ...engine.sglang import ServerArgsFacts, SglangNotApplicable, server_args
-from ...errors import ReconError
-from ..base import (
-    Finding,
-    NotApplicable,
-    Provenance,
-    Recipe,
-    RecipeContext,
-    RecipeResult,
-    Table,
-    load_model_config,
-)
+from ...engine.sglang import ServerArgsFacts
+from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
 from ..registry import register
+from ..sglang_common import facts_for, lookup
 
 NAME = "sglang-server-args"
 
@@ -55,48 +43,6 @@ GROUPS = (("speculative", ("speculative_",)), ("mamba", ("mamba", "linear_attn")
 #: speculative fields shown even when the release left them unset
 SPEC_CORE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens", "speculative_dflash_block_size")
-
-_MEMO: dict[str, ServerArgsFacts] = {}
-
-
-def _lookup(values: dict[str, Any], path: str) -> tuple[bool, Any]:
-    """(present, value) of a field or a dotted path into a field's resolved value."""
-    head, *rest = path.split(".")
-    if head not in values:
-        return False, None
-    value = values[head]
-    for part in rest:
-        if not isinstance(value, dict) or part not in value:
-            return False, None
-        value = value[part]
-    return True, value
-
-
-def facts_for(ctx: RecipeContext) -> tuple[ServerArgsFacts, list[str]]:
-    """The release's resolved ServerArgs for this context (once per request in a process)."""
-    if ctx.snapshot.package != "sglang":
-        raise NotApplicable(f"SGLang engine mode reads SGLang; the snapshot holds "
-                            f"{ctx.snapshot.package}")
-    config = ctx.require_config()
-    if ctx.command is None:
-        raise ReconError("this recipe needs the server's command line: --flags \"python -m "
-                         "sglang.launch_server --model-path M ...\"")
-    count = ctx.options.get("gpu_count", DEFAULT_GPU_COUNT)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ReconError(f"--set gpu_count: a positive integer, got {count!r}")
-    board, how = board_for(ctx.options.get("gpu"))
-    draft_path = ctx.options.get("draft_config")
-    draft = load_model_config(str(draft_path)) if draft_path is not None else None
-    key = json.dumps([ctx.snapshot.src.as_posix(), ctx.command, config, board, count, draft],
-                     sort_keys=True, default=str)
-    if key not in _MEMO:
-        try:
-            _MEMO[key] = server_args(ctx.snapshot, ctx.command, config, gpu=board,
-                                     gpu_count=count, draft_config=draft)
-        except SglangNotApplicable as err:
-            raise NotApplicable(str(err).partition(": ")[2] or str(err)) from err
-    return _MEMO[key], [how] if how else []
-
 
 def decided(facts: ServerArgsFacts, field: str) -> tuple[str, str]:
     """Who decided a field's value, and where (``file:line``), in words for the table."""
@@ -122,7 +68,7 @@ def _rows(facts: ServerArgsFacts
     deciders: dict[str, str] = {}
     missing: list[str] = []
     for name, paths in KEY_FIELDS:
-        found = [(p, *_lookup(facts.server_args, p)) for p in paths]
+        found = [(p, *lookup(facts.server_args, p)) for p in paths]
         present = [(p, v) for p, ok, v in found if ok]
         chosen = next(((p, v) for p, v in present if v is not None), present[0] if present
                       else None)
@@ -145,7 +91,7 @@ def _default(facts: ServerArgsFacts, path: str, value: Any) -> Any:
         return value
     if not rest:
         return change.get("default")
-    return _lookup({head: change.get("default")}, path)[1]
+    return lookup({head: change.get("default")}, path)[1]
 
 
 def _group_rows(facts: ServerArgsFacts) -> list[list[Any]]:

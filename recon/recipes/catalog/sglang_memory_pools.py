@@ -1,0 +1,134 @@
+"""sglang-memory-pools: how many KV tokens and mamba state slots the SGLang server will have.
+
+"How big are my pools?" SGLang sizes them at start-up from the free GPU
+memory it measures before and after loading the weights: the KV byte budget
+(``mem_fraction_static`` of the memory before, charged against what is free
+after), the mamba state pool of hybrid models and its share of that budget,
+the draft model's KV layers under speculative decoding, and
+``max_running_requests`` from the pools. This recipe runs the release's own
+sizing (``KVCacheConfigurator``, :mod:`recon.engine.sglang_pools`) for the
+command line as typed, the model's ``config.json`` and the memory figures of
+the user's log, and shows the lines the engine would print.
+
+Options (``--set``): ``available_gb`` (free memory after the weights, as the
+log's ``Load weight end`` prints it; a list sweeps it) or ``weights_gb``;
+``pre_load_gb`` (the log's ``Load weight begin``; default the GPU's whole
+memory, said); ``gpu``, ``gpu_count``, ``draft_config`` as in
+``sglang-server-args``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...engine.sglang import ServerArgsFacts
+from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
+from ..registry import register
+from ..sglang_common import facts_for, memory_figures
+
+NAME = "sglang-memory-pools"
+
+#: the quantities of one memory point, as identifiers (``--json``), first the headline ones
+QUANTITIES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size",
+              "full_max_total_num_tokens", "swa_max_total_num_tokens", "kv_cache_dtype",
+              "mem_fraction_static", "req_to_token_pool_size", "context_len", "page_size")
+#: the functions of the release whose provenance a write-up cites
+CITED = ("_resolve_memory_pool_config", "_profile_available_bytes", "_handle_max_mamba_cache",
+         "resolve_max_num_reqs", "calculate_pool_sizes", "config_from_budget", "configure",
+         "get_batch_sizes_to_capture")
+
+
+def point_values(point: dict[str, Any]) -> dict[str, Any]:
+    """One memory point's quantities (present ones), the figures it was sized for first."""
+    out = {"available_gb": point["available_gb"], "pre_load_gb": point["pre_load_gb"]}
+    out.update({k: point[k] for k in QUANTITIES if point.get(k) is not None})
+    return out
+
+
+def point_findings(point: dict[str, Any]) -> list[Finding]:
+    """What a reader must know about one point: unbuilt pools, post-capture resizing, caps."""
+    out = []
+    if point.get("post_capture_resize"):
+        out.append(Finding("error", "post-capture KV sizing is on: the engine resizes the KV pool "
+                                    "after capturing its CUDA graphs, from the memory then free, "
+                                    "which recon cannot know; the sizes shown are the pre-capture "
+                                    "ones"))
+    if point.get("pools_built") is False:
+        out.append(Finding("info", "the pools' sizes come from the release's sizing alone "
+                                   "(_resolve_memory_pool_config): building the KV pool object "
+                                   "needs a GPU kernel here ("
+                                   + str(point.get("pools_not_built", ""))[:160] + "), so its "
+                                   "'KV Cache is allocated' line is not shown"))
+    for line in point.get("log", []):
+        if "capped" in line or "reduced" in line or "Not enough" in line:
+            out.append(Finding("warn", "the release logged: " + line))
+    return out
+
+
+def provenance(facts: ServerArgsFacts) -> list[Provenance]:
+    """The pool-sizing functions of the snapshot that ran, with file and sha256."""
+    out = []
+    for fn in facts.ran:
+        name = str(fn.get("qualname", "")).rsplit(".", 1)[-1]
+        if name in CITED:
+            out.append(Provenance(fn["qualname"], fn["file"], int(fn["first_line"]),
+                                  str(fn.get("sha256") or "")))
+    return out
+
+
+def replaced_note(facts: ServerArgsFacts) -> str:
+    """What engine mode answered in place of the GPU, in one line."""
+    pools = facts.replaced.get("pools", [])
+    return ("engine mode: no GPU and no weights; the runner is made without its __init__ and the "
+            "model is absent (its no-model reads: layer range from the config, no checkpoint KV "
+            "scales); replaced: " + "; ".join(pools) + f"; device queries answered for "
+            f"{facts.gpu.name}")
+
+
+def run(ctx: RecipeContext) -> RecipeResult:
+    """The release's pools for each memory figure given."""
+    memory, said = memory_figures(ctx, graphs=False)
+    facts, how = facts_for(ctx, memory)
+    points = (facts.pools or {}).get("points", [])
+    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
+    res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
+                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count}
+    first = point_values(points[0])
+    res.values = dict(first) if len(points) == 1 else {"points": [point_values(p)
+                                                                  for p in points]}
+    columns = ["available_gb", "pre_load_gb", "max_total_num_tokens", "max_running_requests",
+               "max_mamba_cache_size"]
+    res.tables.append(Table("pools per memory figure", columns,
+                            [[point_values(p).get(c) for c in columns] for p in points]))
+    res.tables.append(Table("what the engine logs while sizing (first figure)", ["line"],
+                            [[line] for line in points[0].get("log", [])]))
+    for point in points:
+        res.findings += point_findings(point)
+    res.findings += [Finding("info", "assumed " + line)
+                     for line in [*facts.assumptions, *said, *how]]
+    res.provenance = provenance(facts)
+    res.ran = facts.ran
+    res.notes.append(replaced_note(facts))
+    return res
+
+
+register(Recipe(
+    name=NAME,
+    engine="sglang",
+    title="SGLang's KV cache and mamba state pools for your memory, and max_running_requests",
+    why=("The pool size decides whether two long requests run together or queue (turning a "
+         "DFLASH draft on shrank one user's pool from 610,050 to 364,655 tokens); the release's "
+         "own sizing runs here for your command line, config.json and the free memory of your "
+         "log, and prints the engine's own 'KV Cache is allocated' line. Options: --set "
+         "available_gb=X pre_load_gb=Y (or weights_gb=W), gpu, gpu_count, draft_config."),
+    reads_flags=["tp_size", "mem_fraction_static", "page_size", "max_running_requests",
+                 "max_total_tokens", "kv_cache_dtype", "mamba_full_memory_ratio",
+                 "max_mamba_cache_size", "speculative_algorithm"],
+    reads_config=["all of config.json, through the release's own model config"],
+    run=run,
+    example="--config example:qwen3-next-80b-a3b-instruct --set available_gb=60 "
+            "--set pre_load_gb=78 --flags \"python -m sglang.launch_server --model-path "
+            "Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4\"",
+    demos=[],
+    needs=("torch",),
+))
