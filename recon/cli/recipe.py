@@ -8,11 +8,14 @@ from pathlib import Path
 import typer
 
 from ..errors import DISTRIBUTION, ReconError
-from .output import console, emit_json
+from .output import console, emit_json, err_console
 
 #: ``recon recipe run``'s exit status when the release lacks the logic the recipe reads:
 #: no answer is not a zero-status answer.
 NOT_APPLICABLE_EXIT = 5
+#: ... and when part of the answer is one the release cannot decide here (the rest is shown):
+#: the status engine mode gives where it has no number (``EngineFailed``)
+UNDECIDED_EXIT = 7
 
 recipe_app = typer.Typer(help="Named investigations, answered by running the release's own code.",
                          no_args_is_help=True)
@@ -101,6 +104,9 @@ def run_cmd(
             write_text(markdown, res.to_markdown())
     if not res.applicable:
         raise typer.Exit(NOT_APPLICABLE_EXIT)
+    if res.undecided:
+        err_console.print(f"[red]recon: not decided here:[/] {res.undecided}")
+        raise typer.Exit(UNDECIDED_EXIT)
 
 
 def register(app: typer.Typer) -> None:

@@ -124,6 +124,20 @@ def _attr(module: Any, name: str) -> Any:
     return value
 
 
+def sizing() -> None:
+    """Refuse a release whose pool sizing is not a ``KVCacheConfigurator`` (found by looking)."""
+    try:
+        module = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    except ImportError:
+        module = None
+    found = getattr(getattr(module, "KVCacheConfigurator", None), "_resolve_memory_pool_config",
+                    None)
+    if not callable(found):
+        raise Lacking("this release has no sglang.srt.mem_cache.kv_cache_configurator."
+                      "KVCacheConfigurator: it sizes its pools inside ModelRunner, from the layer "
+                      "range ModelRunner.load_model sets while loading the weights onto a GPU")
+
+
 def publish(server_args: Any) -> Any:
     """The scheduler process's config bags for rank 0 (the release's own ``publish``)."""
     rc = _module("sglang.srt.runtime_context")
@@ -313,6 +327,7 @@ def one_point(server_args: Any, figures: dict[str, float], want_graphs: bool,
 def pools(server_args: Any, memory: dict[str, Any], logs: Any) -> dict[str, Any]:
     """Every requested memory point: the release's pools, and its graph sizes where asked."""
     start = time.monotonic()
+    sizing()
     figures = {"now": 0.0, "pre_load_gb": 0.0}
     replaced = [meta_device_module()]
     patched = answer_free_memory(figures)

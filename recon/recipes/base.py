@@ -153,6 +153,8 @@ class RecipeResult:
     notes: list[str] = field(default_factory=list)
     #: every function of the snapshot that ran (engine mode), with file, lines and sha256
     ran: list[dict[str, Any]] = field(default_factory=list)
+    #: why part of the answer is not what the engine would print (shown, then exit 7), or None
+    undecided: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -49,7 +49,7 @@ def point_findings(point: dict[str, Any]) -> list[Finding]:
     """What a reader must know about one point: unbuilt pools, post-capture resizing, caps."""
     out = []
     if point.get("post_capture_resize"):
-        out.append(Finding("error", "post-capture KV sizing is on: the engine resizes the KV pool "
+        out.append(Finding("warn", "post-capture KV sizing is on: the engine resizes the KV pool "
                                     "after capturing its CUDA graphs, from the memory then free, "
                                     "which recon cannot know; the sizes shown are the pre-capture "
                                     "ones"))
@@ -63,6 +63,14 @@ def point_findings(point: dict[str, Any]) -> list[Finding]:
         if "capped" in line or "reduced" in line or "Not enough" in line:
             out.append(Finding("warn", "the release logged: " + line))
     return out
+
+
+def undecided(points: list[dict[str, Any]]) -> str | None:
+    """Why the final pool is not what recon shows, where the engine resizes it after capture."""
+    if any(p.get("post_capture_resize") for p in points):
+        return ("the engine resizes its KV pool after capturing CUDA graphs (post-capture KV "
+                "sizing), from memory free then; the sizes shown are before that")
+    return None
 
 
 def provenance(facts: ServerArgsFacts) -> list[Provenance]:
@@ -104,6 +112,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
                             [[line] for line in points[0].get("log", [])]))
     for point in points:
         res.findings += point_findings(point)
+    res.undecided = undecided(points)
     res.findings += [Finding("info", "assumed " + line)
                      for line in [*facts.assumptions, *said, *how]]
     res.provenance = provenance(facts)

@@ -1,0 +1,199 @@
+"""SGLang's memory pools and decode CUDA graph sizes, from the release's own sizing.
+
+The expected values are computed here from the model's public config facts
+(layer counts, heads, state shapes) and SGLang's start-up arithmetic as its
+documentation and logs describe it: the KV budget is the free memory after the
+weights minus ``(1 - mem_fraction_static)`` of the memory before; a hybrid
+model gives ``mamba_full_memory_ratio / (1 + ratio)`` of it to mamba state
+slots (one padding slot besides); the rest divided by the per-token KV bytes is
+``#tokens``. recon's answer comes from the release's code in the sandbox; a
+wrong TP size, dtype, layer count, memory figure or ratio breaks the equality.
+The release's own log lines (``KV Cache is allocated``, ``Mamba Cache is
+allocated``) are checked against the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from recon.engine.sglang import MemoryFigures, ServerArgsFacts, SglangNotApplicable, server_args
+from recon.errors import ReconError
+from recon.examples import EXAMPLES_DIR
+from recon.snapshot import Snapshot
+
+pytestmark = pytest.mark.wheels  # real SGLang releases from PyPI, imported in the sandbox
+
+GIB = 1 << 30
+LAUNCH = "python -m sglang.launch_server --model-path {model} "
+QWEN = ("qwen3-next-80b-a3b-instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct")
+LLAMA = ("llama-3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def _config(name: str) -> dict[str, Any]:
+    return json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sglang(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot("sglang==0.5.23")
+
+
+def _pools(snap: Snapshot, model: tuple[str, str], flags: str, available: tuple[float, ...],
+           pre: float = 78.0, graphs: bool = False) -> ServerArgsFacts:
+    return server_args(snap, LAUNCH.format(model=model[1]) + flags, _config(model[0]),
+                       gpu="h100", memory=MemoryFigures(available, (pre,) * len(available),
+                                                        graphs=graphs))
+
+
+def _kv_budget_gib(available: float, pre: float, fraction: float) -> float:
+    return available - pre * (1 - fraction)
+
+
+def _kv_bytes_per_token(cfg: dict[str, Any], tp: int, layers: int) -> int:
+    """K and V of every attention layer, the KV heads split over TP (at least one per rank)."""
+    heads = max(1, cfg["num_key_value_heads"] // tp)
+    return 2 * heads * cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) \
+        * layers * 2  # bfloat16
+
+
+def _gdn_state_bytes_per_request(cfg: dict[str, Any], tp: int) -> int:
+    """Qwen3-Next's linear-attention state per request: conv window (bf16) + SSM state (fp32)."""
+    key_dim = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
+    value_dim = cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
+    conv = (2 * key_dim + value_dim) // tp * (cfg["linear_conv_kernel_dim"] - 1) * 2
+    ssm = cfg["linear_num_value_heads"] // tp * cfg["linear_key_head_dim"] \
+        * cfg["linear_value_head_dim"] * 4
+    linear_layers = cfg["num_hidden_layers"] - cfg["num_hidden_layers"] \
+        // cfg["full_attention_interval"]
+    return (conv + ssm) * linear_layers
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_dense_kv_tokens_follow_the_memory_arithmetic(sglang: Snapshot, tp: int) -> None:
+    cfg = _config(LLAMA[0])
+    facts = _pools(sglang, LLAMA, f"--tp {tp}", (60.0,))
+    point = facts.pools["points"][0]  # type: ignore[index]
+    cell = _kv_bytes_per_token(cfg, tp, cfg["num_hidden_layers"])
+    budget = _kv_budget_gib(60.0, 78.0, point["mem_fraction_static"])
+    assert point["max_total_num_tokens"] == int(budget * GIB) // cell
+    assert point["pools_built"] is True and point["kv_cache_dtype"] == "bfloat16"
+    half = point["max_total_num_tokens"] * cell / 2 / GIB
+    assert f"#tokens: {point['max_total_num_tokens']}, K size: {half:.2f} GB, " \
+           f"V size: {half:.2f} GB" in "\n".join(point["log"])
+    # no mamba, no cap: the release's own estimate bounds the request slots
+    assert point["max_mamba_cache_size"] is None
+    assert 2048 <= point["max_running_requests"] <= point["max_total_num_tokens"] // 2
+    assert point["req_to_token_pool_size"] == point["max_running_requests"]
+
+
+def test_hybrid_mamba_slots_and_kv_tokens(sglang: Snapshot) -> None:
+    cfg = _config(QWEN[0])
+    facts = _pools(sglang, QWEN, "--tp 4", (60.0, 40.0))
+    ratio = float(facts.server_args["mamba_full_memory_ratio"])
+    per_request = _gdn_state_bytes_per_request(cfg, 4)
+    cell = _kv_bytes_per_token(cfg, 4, cfg["num_hidden_layers"] // cfg["full_attention_interval"])
+    points = facts.pools["points"]  # type: ignore[index]
+    for point, available in zip(points, (60.0, 40.0), strict=True):
+        budget = _kv_budget_gib(available, 78.0, point["mem_fraction_static"])
+        mamba_bytes = budget * ratio / (1 + ratio) * GIB
+        slots = int((mamba_bytes - per_request) // per_request)
+        assert point["max_mamba_cache_size"] == slots
+        rest = budget - (slots + 1) * per_request / GIB
+        assert point["max_total_num_tokens"] == int(rest * GIB) // cell
+        log = "\n".join(point["log"])
+        assert f"Mamba Cache is allocated. max_mamba_cache_size: {slots}," in log
+        # five state slots per running request here: the release logs the cap
+        assert point["max_running_requests"] == slots // 5
+        assert "capped to" in log
+    assert points[1]["max_total_num_tokens"] < points[0]["max_total_num_tokens"]
+
+
+def test_speculative_pool_is_sized_without_building_the_kv_pool(sglang: Snapshot) -> None:
+    """NEXTN's KV pool warms a copy kernel up at construction: the sizing alone answers."""
+    facts = _pools(sglang, QWEN, "--tp 4 --speculative-algorithm NEXTN", (60.0,), graphs=True)
+    point = facts.pools["points"][0]  # type: ignore[index]
+    assert point["pools_built"] is False and "meta" in point["pools_not_built"]
+    assert point["max_running_requests"] == facts.server_args["max_running_requests"] == 48
+    assert point["req_to_token_pool_size"] == 48
+    graphs = point["graphs"]
+    draft_tokens = facts.server_args["speculative_num_draft_tokens"]
+    assert graphs["tokens_per_request"] == draft_tokens
+    assert graphs["capture_bs"] == [b for b in graphs["configured_bs"] if b <= 48]
+
+
+def test_capture_sizes_are_clamped_to_the_request_pool(sglang: Snapshot) -> None:
+    facts = _pools(sglang, QWEN, "--tp 4", (60.0,), graphs=True)
+    point = facts.pools["points"][0]  # type: ignore[index]
+    slots = point["req_to_token_pool_size"]
+    configured = facts.server_args["cuda_graph_config"]["decode"]["bs"]
+    assert point["graphs"]["configured_bs"] == configured
+    # the largest configured sizes exceed the pool: the pool's own size is captured instead
+    assert max(configured) > slots
+    assert point["graphs"]["capture_bs"] == sorted({*(b for b in configured if b <= slots), slots})
+    assert point["graphs"]["tokens_per_request"] == 1
+
+
+def test_older_release_is_not_applicable_and_says_why(pip_snapshot: Callable[..., Snapshot]
+                                                      ) -> None:
+    snap = pip_snapshot("sglang==0.5.10")
+    with pytest.raises(SglangNotApplicable, match="no sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"):
+        _pools(snap, LLAMA, "--tp 1", (60.0,))
+
+
+def test_pipeline_stages_are_refused(sglang: Snapshot) -> None:
+    with pytest.raises(SglangNotApplicable, match="pipeline stage"):
+        _pools(sglang, LLAMA, "--tp 1 --pp-size 2", (60.0,))
+
+
+def test_memory_figures_are_checked() -> None:
+    with pytest.raises(ReconError, match="at most the free memory before"):
+        MemoryFigures((80.0,), (78.0,))
+    with pytest.raises(ReconError, match="one pre-load figure"):
+        MemoryFigures((60.0, 50.0), (78.0,))
+
+
+def _recipe(snap: Snapshot, name: str, flags: str, *sets: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "recon", "recipe", "run", name, "--snapshot", str(snap.root),
+           "--config", f"example:{LLAMA[0]}", "--flags", flags, "--json"]
+    for item in sets:
+        cmd += ["--set", item]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+
+
+def test_recipe_json_and_the_missing_figure(sglang: Snapshot) -> None:
+    flags = LAUNCH.format(model=LLAMA[1]) + "--tp 1"
+    done = _recipe(sglang, "sglang-memory-pools", flags, "available_gb=60", "pre_load_gb=78")
+    assert done.returncode == 0, done.stderr
+    values = json.loads(done.stdout)["values"]
+    assert all(k.isidentifier() for k in values)
+    assert isinstance(values["max_total_num_tokens"], int) and values["available_gb"] == 60.0
+    missing = _recipe(sglang, "sglang-memory-pools", flags)
+    assert missing.returncode == 2 and "Load weight end" in missing.stderr
+
+
+def test_post_capture_resizing_is_not_answered_with_exit_0(sglang: Snapshot) -> None:
+    """With post-capture KV sizing the engine's final pool depends on memory after capture."""
+    flags = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1 " + LAUNCH.format(model=LLAMA[1])
+    done = _recipe(sglang, "sglang-memory-pools", flags, "available_gb=60", "pre_load_gb=78")
+    assert done.returncode == 7, done.stderr
+    assert json.loads(done.stdout)["undecided"].startswith("the engine resizes its KV pool")
+
+
+def test_cuda_graph_recipe_places_running_batches(sglang: Snapshot) -> None:
+    flags = LAUNCH.format(model=LLAMA[1]) + "--tp 1 --max-running-requests 100"
+    done = _recipe(sglang, "sglang-cuda-graphs", flags, "available_gb=60", "pre_load_gb=78",
+                   "batch=1,3,100,101")
+    assert done.returncode == 0, done.stderr
+    values = json.loads(done.stdout)["values"]
+    captured = values["cuda_graph_capture_bs"]
+    assert values["max_running_requests"] == 100 and max(captured) == 100
+    served = {b: v["served"] for b, v in values["batches"].items()}
+    assert served["1"] == "captured" and served["100"] == "captured"
+    assert served["3"] in ("captured", f"padded to {min(b for b in captured if b >= 3)}")
+    assert served["101"].startswith("never runs")
