@@ -156,6 +156,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                   "context_length": None}}),
     "sglang.args.dict": ("server_args={'model_path': '/m/q', 'tp_size': 2, 'page_size': 1}",
                          {"args": {"model_path": "/m/q", "tp_size": 2, "page_size": 1}}),
+    "sglang.load_weight_begin": ("Load weight begin. avail mem=78.98 GB",
+                                 {"avail_mem_before_weights_gb": 78.98}),
     "sglang.load_weight": (
         "Load weight end. elapsed=5.46 s, type=Qwen3_5ForConditionalGeneration, avail mem=14.08 "
         "GB, mem usage=8.85 GB.",

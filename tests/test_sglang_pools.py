@@ -197,3 +197,45 @@ def test_cuda_graph_recipe_places_running_batches(sglang: Snapshot) -> None:
     assert served["1"] == "captured" and served["100"] == "captured"
     assert served["3"] in ("captured", f"padded to {min(b for b in captured if b >= 3)}")
     assert served["101"].startswith("never runs")
+
+
+def _llama_log(tokens: int, slots_line: str = "") -> str:
+    """An SGLang 0.5.23 start-up log of Llama-3.1-8B at TP 1 (its own line formats)."""
+    half = tokens * _kv_bytes_per_token(_config(LLAMA[0]), 1, 32) / 2 / GIB
+    return "\n".join([
+        "[2026-12-03 10:00:00 TP0] Load weight begin. avail mem=78.00 GB",
+        "[2026-12-03 10:00:09 TP0] Load weight end. elapsed=9.10 s, type=LlamaForCausalLM, "
+        "dtype=torch.bfloat16, avail mem=60.00 GB, mem usage=18.00 GB.",
+        f"[2026-12-03 10:00:09 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
+        f"{tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB",
+        "[2026-12-03 10:00:09 TP0] Memory pool end. avail mem=13.00 GB", slots_line, ""])
+
+
+def test_logs_predict_the_pool_from_the_logged_memory(sglang: Snapshot) -> None:
+    """`recon logs`: the free memory the log printed goes in, the pool the log printed comes out.
+
+    The log's #tokens is SGLang's arithmetic on the printed figures (computed here from the
+    config, at H100's mem_fraction_static for TP 1 as the release resolves it); one token
+    off in the other direction than rounding allows, and the row says mismatch.
+    """
+    from recon.logs import analyze
+
+    fraction = _pools(sglang, LLAMA, "--tp 1", (60.0,)).pools["points"][0][  # type: ignore[index]
+        "mem_fraction_static"]
+    cell = _kv_bytes_per_token(_config(LLAMA[0]), 1, 32)
+    tokens = int(_kv_budget_gib(60.0, 78.0, fraction) * GIB) // cell
+    flags = LAUNCH.format(model=LLAMA[1]) + "--tp 1"
+    config = EXAMPLES_DIR / f"{LLAMA[0]}.json"
+    report = analyze(text=_llama_log(tokens), snapshot=sglang, config=config, flags=flags,
+                     options={"gpu": "h100"})
+    rows = {c.quantity: c for c in report.comparisons}
+    assert rows["kv_pool_tokens"].status == "match", rows["kv_pool_tokens"]
+    assert rows["kv_pool_tokens"].recipe == "sglang-memory-pools"
+    assert rows["k_size_gb"].status == "match"
+    assert {(i["option"], i["value"]) for i in report.inputs} >= {("available_gb", 60.0),
+                                                                 ("pre_load_gb", 78.0)}
+    # a pool far outside what 0.005 GB of rounding can move
+    off = analyze(text=_llama_log(tokens + 2000), snapshot=sglang, config=config, flags=flags,
+                  options={"gpu": "h100"})
+    row = {c.quantity: c for c in off.comparisons}["kv_pool_tokens"]
+    assert row.status == "mismatch" and row.predicted == tokens

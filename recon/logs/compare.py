@@ -65,7 +65,16 @@ LINKS: list[Link] = [
     Link("kv_cache_dtype", "kv-capacity", ("kv_cache_dtype",)),
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
-    Link("max_total_num_tokens", "kv-capacity", ("max_total_num_tokens", "KV pool tokens"),
+    # SGLang: the release's own pool sizing for the free memory its log printed
+    Link("max_total_num_tokens", "sglang-memory-pools", ("max_total_num_tokens",),
+         engine="sglang"),
+    Link("kv_pool_tokens", "sglang-memory-pools", ("max_total_num_tokens",), engine="sglang"),
+    Link("max_mamba_cache_size", "sglang-memory-pools", ("max_mamba_cache_size",),
+         engine="sglang"),
+    Link("max_running_requests", "sglang-memory-pools", ("max_running_requests",),
+         engine="sglang"),
+    Link("cuda_graph_bs", "sglang-cuda-graphs", ("cuda_graph_capture_bs",), engine="sglang"),
+    Link("chunked_prefill_size", "sglang-server-args", ("chunked_prefill_size",),
          engine="sglang"),
 ]
 
@@ -85,6 +94,10 @@ CHECKS: dict[str, Callable[[ServerLog], bool]] = {
     # align mode's running-state column, with the mamba block size the engine chose
     "vllm-mamba-align-column": lambda log: log.value("mamba_cache_mode") == "align",
 }
+# SGLang sizes its pools from the free memory it printed before and after loading the weights
+for _name in ("sglang-memory-pools", "sglang-cuda-graphs"):
+    INPUTS[_name] = {"available_gb": "avail_mem_after_weights_gb",
+                     "pre_load_gb": "avail_mem_before_weights_gb"}
 INPUTS["vllm-mamba-align-column"] = {"mamba_block_size": "attention_block_size",
                                      "max_model_len": "max_model_len"}
 

@@ -350,6 +350,9 @@ PATTERNS: list[LinePattern] = [
     LinePattern("sglang.args.dict", "sglang", "args",
                 _r(r"server_args=(?P<args>\{.*\})\s*$"),
                 "source 0.5.23 (resolved_dict())", convert=_args_dict),
+    LinePattern("sglang.load_weight_begin", "sglang", "startup",
+                _r(r"Load weight begin\. avail mem=(?P<avail_mem_before_weights_gb>\d+(?:\.\d+)?) GB"),
+                "source 0.5.23 (model_runner.py); public logs 2025-2026"),
     LinePattern("sglang.load_weight", "sglang", "startup",
                 _r(r"Load weight end\. (?:elapsed=(?P<weight_load_secs>\d+(?:\.\d+)?) s, )?"
                    r"type=(?P<model_class>\w+),.*?avail mem=(?P<avail_mem_after_weights_gb>\d+(?:\.\d+)?) "

@@ -118,6 +118,7 @@ QUANTITIES: dict[str, Quantity] = {
     "weight_load_gb": Quantity("weights loaded", "GB"),
     "weight_load_secs": Quantity("weight load time", "s"),
     "model_class": Quantity("model class", kind="str"),
+    "avail_mem_before_weights_gb": Quantity("free memory before weights", "GB"),
     "avail_mem_after_weights_gb": Quantity("free memory after weights", "GB"),
     "avail_mem_after_pool_gb": Quantity("free memory after memory pool", "GB"),
     "cuda_graph_bs": Quantity("CUDA graph batch sizes", kind="ints"),

@@ -55,12 +55,19 @@ def _floats(ctx: RecipeContext, key: str) -> list[float] | None:
     return [float(opt_float({key: item}, key) or 0.0) for item in items]
 
 
+#: the log prints free memory to 0.01 GB: the true figure is within half of that
+PRINTED_PRECISION_GB = 0.005
+
+
 def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, list[str]]:
     """The free-memory figures of ``--set``, and what recon assumed to complete them.
 
     Free memory after the weights is the user's (their log, or their weights'
     size): recon cannot know what else holds GPU memory on their machine, and a
-    guess would be a plausible number the engine would not print.
+    guess would be a plausible number the engine would not print. Two more
+    points follow the given ones: the first figure at both ends of its printed
+    precision (``--set memory_precision_gb``, default 0.005), least memory
+    first, for the ``*_range`` values a log comparison uses.
     """
     said = []
     board_key, _ = board_for(ctx.options.get("gpu"))
@@ -88,7 +95,18 @@ def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, lis
         pre = pre * len(available)
     if len(pre) != len(available):
         raise ReconError("--set pre_load_gb: one figure, or one for each available_gb figure")
-    return MemoryFigures(tuple(available), tuple(pre), graphs=graphs), said
+    step = opt_float(ctx.options, "memory_precision_gb", PRINTED_PRECISION_GB) or 0.0
+    if step < 0:
+        raise ReconError(f"--set memory_precision_gb: not negative, got {step}")
+    low, high = (available[0] - step, pre[0] + step), (available[0] + step, pre[0] - step)
+    return MemoryFigures((*available, low[0], high[0]), (*pre, low[1], high[1]),
+                         graphs=graphs), said
+
+
+def given_points(facts: ServerArgsFacts) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The points of the figures given, and the two precision bounds of the first."""
+    points = list((facts.pools or {}).get("points", []))
+    return points[:-2], points[-2:]
 
 
 def facts_for(ctx: RecipeContext, memory: MemoryFigures | None = None

@@ -26,7 +26,7 @@ from ...errors import ReconError
 from ..base import Finding, Recipe, RecipeContext, RecipeResult, Table
 from ..options import opt_ints
 from ..registry import register
-from ..sglang_common import facts_for, memory_figures
+from ..sglang_common import facts_for, given_points, memory_figures
 from .sglang_memory_pools import point_findings, provenance, replaced_note, undecided
 
 NAME = "sglang-cuda-graphs"
@@ -53,7 +53,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
     if any(b < 1 for b in batches):
         raise ReconError(f"--set batch: positive batch sizes, got {batches}")
     facts, how = facts_for(ctx, memory)
-    points = (facts.pools or {}).get("points", [])
+    points, _ = given_points(facts)
     res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
     res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
                   "gpu": facts.gpu.key, "gpu_count": facts.gpu_count}

@@ -24,7 +24,7 @@ from typing import Any
 from ...engine.sglang import ServerArgsFacts
 from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
 from ..registry import register
-from ..sglang_common import facts_for, memory_figures
+from ..sglang_common import facts_for, given_points, memory_figures
 
 NAME = "sglang-memory-pools"
 
@@ -59,9 +59,25 @@ def point_findings(point: dict[str, Any]) -> list[Finding]:
                                    "needs a GPU kernel here ("
                                    + str(point.get("pools_not_built", ""))[:160] + "), so its "
                                    "'KV Cache is allocated' line is not shown"))
+    return out
+
+
+def logged(point: dict[str, Any]) -> list[Finding]:
+    """The lines the release's own code printed while sizing (``recon logs`` reads them too)."""
+    out = []
     for line in point.get("log", []):
-        if "capped" in line or "reduced" in line or "Not enough" in line:
-            out.append(Finding("warn", "the release logged: " + line))
+        level = "warn" if any(w in line for w in ("capped", "reduced", "Not enough")) else "info"
+        out.append(Finding(level, "the release logged: " + line))
+    return out
+
+
+def ranges(bounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """``*_range`` values: the answers at both ends of the first figure's printed precision."""
+    out = {}
+    for key in ("max_total_num_tokens", "max_mamba_cache_size", "max_running_requests"):
+        ends = [b.get(key) for b in bounds]
+        if len(ends) == 2 and all(isinstance(e, int) for e in ends):
+            out[f"{key}_range"] = [min(ends), max(ends)]
     return out
 
 
@@ -97,21 +113,21 @@ def run(ctx: RecipeContext) -> RecipeResult:
     """The release's pools for each memory figure given."""
     memory, said = memory_figures(ctx, graphs=False)
     facts, how = facts_for(ctx, memory)
-    points = (facts.pools or {}).get("points", [])
+    points, bounds = given_points(facts)
     res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
     res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
                   "gpu": facts.gpu.key, "gpu_count": facts.gpu_count}
     first = point_values(points[0])
     res.values = dict(first) if len(points) == 1 else {"points": [point_values(p)
                                                                   for p in points]}
+    res.values.update(ranges(bounds))
     columns = ["available_gb", "pre_load_gb", "max_total_num_tokens", "max_running_requests",
                "max_mamba_cache_size"]
     res.tables.append(Table("pools per memory figure", columns,
                             [[point_values(p).get(c) for c in columns] for p in points]))
-    res.tables.append(Table("what the engine logs while sizing (first figure)", ["line"],
-                            [[line] for line in points[0].get("log", [])]))
     for point in points:
         res.findings += point_findings(point)
+    res.findings += logged(points[0])
     res.undecided = undecided(points)
     res.findings += [Finding("info", "assumed " + line)
                      for line in [*facts.assumptions, *said, *how]]
