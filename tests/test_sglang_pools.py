@@ -127,6 +127,22 @@ def test_speculative_pool_is_sized_without_building_the_kv_pool(sglang: Snapshot
     assert graphs["capture_bs"] == [b for b in graphs["configured_bs"] if b <= 48]
 
 
+def test_dflash_draft_layers_share_the_kv_budget(sglang: Snapshot) -> None:
+    """DFLASH's draft keeps its own KV per token: 5 layers of the same heads beside the 36."""
+    target, draft = _config("qwen3-8b"), _config("qwen3-8b-dflash-b16")
+    flags = ("--speculative-algorithm DFLASH --speculative-draft-model-path "
+             "z-lab/Qwen3-8B-DFlash-b16")
+    facts = server_args(sglang, LAUNCH.format(model="Qwen/Qwen3-8B") + flags, target,
+                        gpu="h100", draft_config=draft,
+                        memory=MemoryFigures((60.0,), (78.0,)))
+    point = facts.pools["points"][0]  # type: ignore[index]
+    per_layer = _kv_bytes_per_token(target, 1, 1)
+    cell = per_layer * (target["num_hidden_layers"] + draft["num_hidden_layers"])
+    budget = _kv_budget_gib(60.0, 78.0, point["mem_fraction_static"])
+    assert point["max_total_num_tokens"] == int(budget * GIB) // cell
+    assert point["max_running_requests"] == facts.server_args["max_running_requests"]
+
+
 def test_capture_sizes_are_clamped_to_the_request_pool(sglang: Snapshot) -> None:
     facts = _pools(sglang, QWEN, "--tp 4", (60.0,), graphs=True)
     point = facts.pools["points"][0]  # type: ignore[index]

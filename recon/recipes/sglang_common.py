@@ -57,6 +57,9 @@ def _floats(ctx: RecipeContext, key: str) -> list[float] | None:
 
 #: the log prints free memory to 0.01 GB: the true figure is within half of that
 PRINTED_PRECISION_GB = 0.005
+#: points across that precision: the answer is a sawtooth in the budget (one mamba slot
+#: more takes its bytes from the KV pool), so its ends alone do not bound it
+PRECISION_SAMPLES = 9
 
 
 def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, list[str]]:
@@ -64,10 +67,10 @@ def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, lis
 
     Free memory after the weights is the user's (their log, or their weights'
     size): recon cannot know what else holds GPU memory on their machine, and a
-    guess would be a plausible number the engine would not print. Two more
-    points follow the given ones: the first figure at both ends of its printed
-    precision (``--set memory_precision_gb``, default 0.005), least memory
-    first, for the ``*_range`` values a log comparison uses.
+    guess would be a plausible number the engine would not print. More
+    points follow the given ones: the first figure across its printed precision
+    (``--set memory_precision_gb``, default 0.005), least memory first, for the
+    ``*_range`` values a log comparison uses.
     """
     said = []
     board_key, _ = board_for(ctx.options.get("gpu"))
@@ -98,15 +101,15 @@ def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, lis
     step = opt_float(ctx.options, "memory_precision_gb", PRINTED_PRECISION_GB) or 0.0
     if step < 0:
         raise ReconError(f"--set memory_precision_gb: not negative, got {step}")
-    low, high = (available[0] - step, pre[0] + step), (available[0] + step, pre[0] - step)
-    return MemoryFigures((*available, low[0], high[0]), (*pre, low[1], high[1]),
-                         graphs=graphs), said
+    shifts = [step * (2 * i / (PRECISION_SAMPLES - 1) - 1) for i in range(PRECISION_SAMPLES)]
+    return MemoryFigures((*available, *(available[0] + d for d in shifts)),
+                         (*pre, *(pre[0] - d for d in shifts)), graphs=graphs), said
 
 
 def given_points(facts: ServerArgsFacts) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The points of the figures given, and the two precision bounds of the first."""
+    """The points of the figures given, and those across the first one's printed precision."""
     points = list((facts.pools or {}).get("points", []))
-    return points[:-2], points[-2:]
+    return points[:-PRECISION_SAMPLES], points[-PRECISION_SAMPLES:]
 
 
 def facts_for(ctx: RecipeContext, memory: MemoryFigures | None = None

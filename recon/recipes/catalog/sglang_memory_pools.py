@@ -71,13 +71,14 @@ def logged(point: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def ranges(bounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """``*_range`` values: the answers at both ends of the first figure's printed precision."""
+def ranges(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """``*_range`` values: the least and most the release answers across the first figure's
+    printed precision (sampled: the answer is not monotone in the memory)."""
     out = {}
     for key in ("max_total_num_tokens", "max_mamba_cache_size", "max_running_requests"):
-        ends = [b.get(key) for b in bounds]
-        if len(ends) == 2 and all(isinstance(e, int) for e in ends):
-            out[f"{key}_range"] = [min(ends), max(ends)]
+        seen = [b.get(key) for b in samples]
+        if seen and all(isinstance(e, int) for e in seen):
+            out[f"{key}_range"] = [min(seen), max(seen)]
     return out
 
 
@@ -120,13 +121,13 @@ def run(ctx: RecipeContext) -> RecipeResult:
     first = point_values(points[0])
     res.values = dict(first) if len(points) == 1 else {"points": [point_values(p)
                                                                   for p in points]}
-    res.values.update(ranges(bounds))
+    res.values.update(ranges([points[0], *bounds]))
     columns = ["available_gb", "pre_load_gb", "max_total_num_tokens", "max_running_requests",
                "max_mamba_cache_size"]
     res.tables.append(Table("pools per memory figure", columns,
                             [[point_values(p).get(c) for c in columns] for p in points]))
     for point in points:
-        res.findings += point_findings(point)
+        res.findings += [f for f in point_findings(point) if f not in res.findings]
     res.findings += logged(points[0])
     res.undecided = undecided(points)
     res.findings += [Finding("info", "assumed " + line)
