@@ -124,6 +124,9 @@ register(Recipe(
     example="--config example:qwen3-next-80b-a3b-instruct --set available_gb=60 "
             "--set pre_load_gb=78 --set batch=64,300 --flags \"python -m "
             "sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4\"",
-    demos=[],
+    demos=[("qwen3-next-80b-a3b-instruct.json",
+            "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
+    # the two 'avail mem=' figures of an H100 log (before and after the weights)
+    demo_options={"available_gb": 60, "pre_load_gb": 78},
     needs=("torch",),
 ))
