@@ -15,6 +15,7 @@ allocated``) are checked against the same arithmetic.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -112,6 +113,45 @@ def test_hybrid_mamba_slots_and_kv_tokens(sglang: Snapshot) -> None:
         assert point["max_running_requests"] == slots // 5
         assert "capped to" in log
     assert points[1]["max_total_num_tokens"] < points[0]["max_total_num_tokens"]
+
+
+def _mamba2_state_bytes_per_request(cfg: dict[str, Any], tp: int) -> int:
+    """Nemotron-H's Mamba2 state per request: conv window (bf16) + SSM state (fp32)."""
+    inner = cfg["mamba_num_heads"] * cfg["mamba_head_dim"]
+    conv = (inner + 2 * cfg["n_groups"] * cfg["ssm_state_size"]) // tp \
+        * (cfg["conv_kernel"] - 1) * 2
+    ssm = cfg["mamba_num_heads"] // tp * cfg["mamba_head_dim"] * cfg["ssm_state_size"] * 4
+    return (conv + ssm) * cfg["hybrid_override_pattern"].count("M")
+
+
+def test_mamba2_hybrid_with_a_request_cap(sglang: Snapshot) -> None:
+    """Nemotron-H: Mamba2 state slots, 4 attention layers, --max-running-requests 64."""
+    model = ("nemotron-h-8b-base-8k", "nvidia/Nemotron-H-8B-Base-8K")
+    cfg = _config(model[0])
+    facts = _pools(sglang, model, "--tp 1 --max-running-requests 64", (60.0,))
+    point = facts.pools["points"][0]  # type: ignore[index]
+    ratio = float(facts.server_args["mamba_full_memory_ratio"])
+    per_request = _mamba2_state_bytes_per_request(cfg, 1)
+    budget = _kv_budget_gib(60.0, 78.0, point["mem_fraction_static"])
+    slots = int((budget * ratio / (1 + ratio) * GIB - per_request) // per_request)
+    assert point["max_mamba_cache_size"] == slots
+    cell = _kv_bytes_per_token(cfg, 1, cfg["hybrid_override_pattern"].count("*"))
+    rest = budget - (slots + 1) * per_request / GIB
+    assert point["max_total_num_tokens"] == int(rest * GIB) // cell
+    # the state pool, not the flag, bounds the running requests: the release says by how much
+    per = re.search(r"(\d+) state slots per request", "\n".join(point["log"]))
+    assert per is not None
+    assert point["max_running_requests"] == min(64, slots // int(per.group(1))) < 64
+
+
+def test_page_size_aligns_the_pool(sglang: Snapshot) -> None:
+    cfg = _config(LLAMA[0])
+    point = _pools(sglang, LLAMA, "--tp 1 --page-size 64", (60.0,)).pools[  # type: ignore[index]
+        "points"][0]
+    cell = _kv_bytes_per_token(cfg, 1, cfg["num_hidden_layers"])
+    tokens = int(_kv_budget_gib(60.0, 78.0, point["mem_fraction_static"]) * GIB) // cell
+    assert point["page_size"] == 64
+    assert point["max_total_num_tokens"] == tokens // 64 * 64
 
 
 def test_speculative_pool_is_sized_without_building_the_kv_pool(sglang: Snapshot) -> None:

@@ -56,7 +56,9 @@ def run(ctx: RecipeContext) -> RecipeResult:
     points, _ = given_points(facts)
     res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
     res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
-                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count}
+                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count,
+                  "available_gb": [p["available_gb"] for p in points],
+                  "pre_load_gb": [p["pre_load_gb"] for p in points]}
     rows = []
     for point in points:
         graphs: dict[str, Any] = point["graphs"]

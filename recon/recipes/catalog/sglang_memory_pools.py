@@ -117,7 +117,9 @@ def run(ctx: RecipeContext) -> RecipeResult:
     points, bounds = given_points(facts)
     res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
     res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
-                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count}
+                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count,
+                  "available_gb": [p["available_gb"] for p in points],
+                  "pre_load_gb": [p["pre_load_gb"] for p in points]}
     first = point_values(points[0])
     res.values = dict(first) if len(points) == 1 else {"points": [point_values(p)
                                                                   for p in points]}
