@@ -112,3 +112,16 @@ def test_release_without_tracking_is_not_applicable(pip_snapshot) -> None:  # no
     res = run_recipe(NAME, pip_snapshot("sglang==0.5.5"), options={"extend_lens": [10]})
     assert not res.applicable
     assert "no _init_track_ssm_indices" in (res.reason or "")
+
+
+def test_command_line_decides_the_prefill_chunk(sglang_latest: Snapshot) -> None:
+    """With the server's command line, the release's resolved chunked_prefill_size bounds
+    the batch (seed 003: 5084 new tokens fit 8192, not 4096)."""
+    flags = ("python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct "
+             "--tp 2 --chunked-prefill 4096")  # an abbreviation: the release's parser decides
+    res = run_recipe(NAME, sglang_latest, config=QWEN3_NEXT, flags=flags,
+                     options={"extend_lens": [4957, 127]})
+    warned = [text for level, text in _levels(res) if level == "warn"]
+    assert any("extends 5084 tokens" in t and "chunked_prefill_size to 4096" in t
+               for t in warned), warned
+    assert res.values["track_ssm_h_src"] == [77, 79]

@@ -15,6 +15,7 @@ allocated``) are checked against the same arithmetic.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -295,3 +296,23 @@ def test_logs_predict_the_pool_from_the_logged_memory(sglang: Snapshot) -> None:
                   options={"gpu": "h100"})
     row = {c.quantity: c for c in off.comparisons}["kv_pool_tokens"]
     assert row.status == "mismatch" and row.predicted == tokens
+
+
+@pytest.mark.skipif(os.environ.get("RECON_ENGINE_ALL") != "1",
+                    reason="each older release is a first-use environment of about two minutes "
+                           "(RECON_ENGINE_ALL=1 runs it)")
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.22"])
+def test_the_last_three_releases_size_alike(pip_snapshot: Callable[..., Snapshot],
+                                            release: str) -> None:
+    """0.5.21 and 0.5.22 have the same KVCacheConfigurator: the same arithmetic holds."""
+    cfg = _config(QWEN[0])
+    facts = _pools(pip_snapshot(f"sglang=={release}"), QWEN, "--tp 4", (60.0,))
+    point = facts.pools["points"][0]  # type: ignore[index]
+    ratio = float(facts.server_args["mamba_full_memory_ratio"])
+    per_request = _gdn_state_bytes_per_request(cfg, 4)
+    budget = _kv_budget_gib(60.0, 78.0, point["mem_fraction_static"])
+    slots = int((budget * ratio / (1 + ratio) * GIB - per_request) // per_request)
+    cell = _kv_bytes_per_token(cfg, 4, cfg["num_hidden_layers"] // cfg["full_attention_interval"])
+    assert point["max_mamba_cache_size"] == slots
+    assert point["max_total_num_tokens"] == int((budget - (slots + 1) * per_request / GIB)
+                                                * GIB) // cell

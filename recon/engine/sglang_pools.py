@@ -29,8 +29,9 @@ What is replaced, and listed in the answer: the runner is made without its
 the release's ``getattr(model, ...)`` reads take their no-model answers, and
 the cases where the built model would decide (pipeline stages, a model's own
 sliding window, a checkpoint's KV cache quantization) are refused;
-``get_available_gpu_memory`` answers the declared figures; the pools' device
-is ``meta``; the WORLD process group is a one-rank stand-in.
+``get_available_gpu_memory`` and the runner's pre-load measurement answer the
+declared figures; the pools' device is ``meta``; the process groups nothing
+built are one-rank stand-ins.
 """
 
 from __future__ import annotations
@@ -110,6 +111,21 @@ def answer_free_memory(figures: dict[str, float]) -> list[str]:
     return done
 
 
+def answer_pre_load(figures: dict[str, float]) -> str:
+    """The runner's own pre-load measurement (``bootstrap.measure_pre_model_load_memory``,
+    which also waits for a gated launch and reduces over the WORLD group) answers the
+    declared figure."""
+    bootstrap = _module("sglang.srt.distributed.bootstrap")
+    _attr(bootstrap, "measure_pre_model_load_memory")
+
+    def measured(*args: Any, **kwargs: Any) -> float:
+        return float(figures["pre_load_gb"])
+
+    bootstrap.measure_pre_model_load_memory = measured  # type: ignore[attr-defined]
+    return ("sglang.srt.distributed.bootstrap.measure_pre_model_load_memory: the declared free "
+            "memory before the weights")
+
+
 def _module(name: str) -> Any:
     try:
         return importlib.import_module(name)
@@ -139,16 +155,24 @@ def sizing() -> None:
 
 
 def publish(server_args: Any) -> Any:
-    """The scheduler process's config bags for rank 0 (the release's own ``publish``)."""
+    """The scheduler process's config bags for rank 0 (the release's own ``publish``).
+
+    The process groups a launcher would build are one-rank stand-ins of the
+    declared widths: the WORLD group and each group of the release's own
+    ``_WIDTH_AND_GROUP`` table that nothing wrote.
+    """
     rc = _module("sglang.srt.runtime_context")
     spawn = _attr(rc, "SpawnRanks")
     _attr(rc, "publish")(server_args, role="scheduler",
                          ranks=spawn(world_rank=0, dp_rank=None, gpu_id=0))
     parallel = rc.get_parallel()
-    try:
-        parallel.world_group  # noqa: B018 - written by a launcher that built the groups
-    except RuntimeError:
-        parallel.override_permanently(world_group=OneRank(int(parallel.launch_world_size)))
+    groups = [("launch_world_size", "world_group"),
+              *getattr(rc, "_WIDTH_AND_GROUP", ())]
+    for width, group in groups:
+        try:
+            getattr(parallel, group)
+        except RuntimeError:  # not written: no launcher built it here
+            parallel.override_permanently(**{group: OneRank(int(getattr(parallel, width)))})
     return rc
 
 
@@ -184,7 +208,7 @@ def bare_runner(server_args: Any, model_config: Any, rc: Any) -> Any:
     spec_info = _module("sglang.srt.speculative.spec_info")
     cls = _attr(mr, "ModelRunner")
     for method in ("init_kv_cache_configurator", "configure_kv_cache_dtype",
-                   "init_spec_aux_hidden_state"):
+                   "init_spec_aux_hidden_state", "init_torch_distributed"):
         if not callable(getattr(cls, method, None)):
             raise Lacking(f"this release's ModelRunner has no {method}: its pools are sized "
                           "inside ModelRunner.__init__, which needs the weights on a GPU")
@@ -214,16 +238,12 @@ def bare_runner(server_args: Any, model_config: Any, rc: Any) -> Any:
     runner.forward_stream = None
     runner.lora_manager = None
     runner.init_spec_aux_hidden_state()
+    runner.init_torch_distributed()  # its own copy of the placement (pre-load memory: ours)
     runner.layer_info = layers.resolve_layer_indices(
         model=None, model_config=model_config, is_draft_worker=False, draft_model_idx=None)
     runner.dtype = model_config.dtype
     runner.sliding_window_size = load_utils.resolve_sliding_window_size(None, model_config)
     runner.configure_kv_cache_dtype()
-    parallel = rc.get_parallel()
-    try:
-        runner.pp_group = parallel.pp_group
-    except RuntimeError:
-        runner.pp_group = OneRank(int(parallel.pp_size))
     runner.init_kv_cache_configurator()
     return runner
 
@@ -289,13 +309,13 @@ def one_point(server_args: Any, figures: dict[str, float], want_graphs: bool,
     model_config = model_config_mod.ModelConfig.from_server_args(server_args)
     model_decides(server_args, model_config, rc)
     runner = bare_runner(server_args, model_config, rc)
-    point = sized(runner, float(figures["pre_load_gb"]))
+    point = sized(runner, float(runner.pre_model_load_memory))
     if not point["pools_built"]:
         first = len(logs.records)
         rc = publish(server_args)  # a fresh context: configure() may have written overrides
         runner = bare_runner(server_args, model_config, rc)
         point["config"] = runner.kv_cache_configurator._resolve_memory_pool_config(  # noqa: SLF001
-            float(figures["pre_load_gb"]))
+            float(runner.pre_model_load_memory))
         config = point["config"]
         kvc = runner.kv_cache_configurator
         req_pool = kvc._build_req_to_token_pool(max_num_reqs=config.max_running_requests)  # noqa: SLF001
@@ -332,7 +352,8 @@ def pools(server_args: Any, memory: dict[str, Any], logs: Any) -> dict[str, Any]
     replaced = [meta_device_module()]
     patched = answer_free_memory(figures)
     replaced.append(f"get_available_gpu_memory (bound in {len(patched)} modules, and in those "
-                    "imported later): the declared free memory")
+                    "imported later): the declared free memory after the weights")
+    replaced.append(answer_pre_load(figures))
     points = []
     for available, pre_load in zip(memory["available_gb"], memory["pre_load_gb"], strict=True):
         figures.update(now=float(available), pre_load_gb=float(pre_load))

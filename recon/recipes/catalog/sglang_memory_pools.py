@@ -76,8 +76,8 @@ def ranges(samples: list[dict[str, Any]]) -> dict[str, Any]:
     printed precision (sampled: the answer is not monotone in the memory)."""
     out = {}
     for key in ("max_total_num_tokens", "max_mamba_cache_size", "max_running_requests"):
-        seen = [b.get(key) for b in samples]
-        if seen and all(isinstance(e, int) for e in seen):
+        seen = [b[key] for b in samples if isinstance(b.get(key), int)]
+        if seen and len(seen) == len(samples):
             out[f"{key}_range"] = [min(seen), max(seen)]
     return out
 

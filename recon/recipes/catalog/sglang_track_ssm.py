@@ -33,6 +33,7 @@ from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, 
 from ..hybrid_common import child_events, child_helpers, find_method, functions_named, provenance_of
 from ..options import opt_bools, opt_int, opt_ints
 from ..registry import register
+from ..sglang_common import facts_for
 
 NAME = "sglang-track-ssm"
 METHOD = "_init_track_ssm_indices"
@@ -199,6 +200,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
                                 [[k, val] for k, val in rb.local_vals.items()
                                  if not k.startswith("_")]))
     res.findings += [Finding(level, text) for level, text in verdicts]
+    res.findings += chunk_findings(ctx, b["extend"])
     _findings_and_notes(ctx, t, built, rb, res)
     return res
 
@@ -214,6 +216,34 @@ def _track(ctx: RecipeContext) -> _Track:
                   cpu_fn=find_method(ctx, cls, f"{METHOD}_from_cpu"),
                   has_chunk_prop=find_method(ctx, cls, "mamba_chunk_size") is not None,
                   names=_names_returned(ctx, method) or [])
+
+
+def resolved(ctx: RecipeContext) -> dict[str, Any]:
+    """The release's own resolved ServerArgs for the command line given (none: empty).
+
+    The page size and the chunked prefill size a server runs with are what the
+    release resolves from the whole command line (SGLang engine mode), not the
+    flags as typed.
+    """
+    if ctx.command is None or ctx.config is None:
+        return {}
+    facts, _ = facts_for(ctx)
+    return facts.server_args
+
+
+def chunk_findings(ctx: RecipeContext, extend: list[int]) -> list[Finding]:
+    """A prefill forward takes at most ``chunked_prefill_size`` new tokens: say so for this batch."""
+    limit = resolved(ctx).get("chunked_prefill_size")
+    if not isinstance(limit, int) or limit <= 0:
+        return []
+    total = sum(extend)
+    if total > limit:
+        return [Finding("warn", f"this batch extends {total} tokens in one forward; the server "
+                                f"resolves chunked_prefill_size to {limit} for your command line, "
+                                "so its scheduler would not form it (split the lengths into "
+                                "forwards of at most that many new tokens)")]
+    return [Finding("ok", f"the batch's {total} new tokens fit one prefill forward "
+                          f"(chunked_prefill_size {limit}, resolved by the release)")]
 
 
 def _build_calls(ctx: RecipeContext, t: _Track) -> _Calls:
@@ -236,7 +266,7 @@ def _build_calls(ctx: RecipeContext, t: _Track) -> _Calls:
     params: dict[str, Any] = {"batch": b, "chunk_override": t.chunk_override,
                               "server_args_cls": None}
     stubs = {"triton.cdiv": "lambda a, b: (a + b - 1) // b"}  # triton's definition: ceil division
-    page = ctx.flags.get("page_size") or 1
+    page = resolved(ctx).get("page_size") or ctx.flags.get("page_size") or 1
     server_prop = None
     if "mamba_cache_chunk_size" in ctx.index.source(t.method):
         # 0.5.1x: the chunk comes from ServerArgs.mamba_cache_chunk_size (config + --page-size);
