@@ -316,3 +316,46 @@ def test_the_last_three_releases_size_alike(pip_snapshot: Callable[..., Snapshot
     assert point["max_mamba_cache_size"] == slots
     assert point["max_total_num_tokens"] == int((budget - (slots + 1) * per_request / GIB)
                                                 * GIB) // cell
+
+
+def test_recipe_sizes_the_same_line_without_the_draft(sglang: Snapshot) -> None:
+    """The DFLASH question of the field notes: the pool with and without the draft."""
+    from recon.recipes import run_recipe
+
+    target = _config("qwen3-8b")
+    flags = (LAUNCH.format(model="Qwen/Qwen3-8B") + "--speculative-algo DFLASH "
+             "--speculative-draft-model-path z-lab/Qwen3-8B-DFlash-b16")
+    res = run_recipe("sglang-memory-pools", sglang, config=str(EXAMPLES_DIR / "qwen3-8b.json"),
+                     flags=flags, options={"draft_config": "example:qwen3-8b-dflash-b16",
+                                           "available_gb": 60, "pre_load_gb": 78})
+    values = res.values
+    assert values["draft_options_left_out"] == ["--speculative-algo", "DFLASH",
+                                                "--speculative-draft-model-path",
+                                                "z-lab/Qwen3-8B-DFlash-b16"]
+    budget = _kv_budget_gib(60.0, 78.0, values["mem_fraction_static"])
+    per_layer = _kv_bytes_per_token(target, 1, 1)
+    assert values["without_draft"]["max_total_num_tokens"] == \
+        int(budget * GIB) // (per_layer * target["num_hidden_layers"])
+    assert values["max_total_num_tokens"] == int(budget * GIB) // (per_layer * (36 + 5))
+    assert any(f.text.startswith("speculative decoding changes the KV pool by -")
+               for f in res.findings)
+
+
+def test_speculative_options_are_found_by_the_parser() -> None:
+    """Abbreviations, ``=`` values and store_true flags, as argparse resolves them."""
+    import argparse
+
+    from recon.engine.sglang_child import without_speculative
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path")
+    parser.add_argument("--speculative-algorithm")
+    parser.add_argument("--speculative-num-steps", type=int)
+    parser.add_argument("--speculative-adaptive", action="store_true")
+    parser.add_argument("--tp-size")
+    argv = ["--model-path", "M", "--speculative-algo", "EAGLE", "--speculative-num-steps=3",
+            "--speculative-adaptive", "--tp-size", "2"]
+    kept, dropped = without_speculative(parser, argv)
+    assert kept == ["--model-path", "M", "--tp-size", "2"]
+    assert dropped == ["--speculative-algo", "EAGLE", "--speculative-num-steps=3",
+                       "--speculative-adaptive"]

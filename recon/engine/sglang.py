@@ -105,12 +105,16 @@ class MemoryFigures:
     ... avail mem=``); ``pre_load_gb``: before (the release measures it when its
     process group starts; the log's ``Load weight begin. avail mem=`` is the
     nearest printed figure). One pair per point; ``graphs`` also asks for the
-    decode CUDA graph batch sizes.
+    decode CUDA graph batch sizes; ``without_draft``, for a speculative command
+    line, the same line without its speculative options (the release's parser
+    names them) at the first figure (``pools["without_draft"]``).
     """
 
     available_gb: tuple[float, ...]
     pre_load_gb: tuple[float, ...]
     graphs: bool = False
+    #: also size the command line without its speculative options, at the first figure
+    without_draft: bool = False
 
     def __post_init__(self) -> None:
         if not self.available_gb or len(self.available_gb) != len(self.pre_load_gb):
@@ -122,7 +126,7 @@ class MemoryFigures:
 
     def as_request(self) -> dict[str, Any]:
         return {"available_gb": list(self.available_gb), "pre_load_gb": list(self.pre_load_gb),
-                "graphs": self.graphs}
+                "graphs": self.graphs, "without_draft": self.without_draft}
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -309,6 +313,14 @@ def _failure(snapshot: Snapshot, result: dict[str, Any]) -> ReconError:
                         f"{(lines or ['no answer'])[0][:600]}{where}{hint}")
 
 
+def _pools(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The pools of the answer, with the draft-less line's beside them where asked."""
+    pools = result.get("pools")
+    if pools is not None and result.get("pools_without_draft") is not None:
+        pools = {**pools, "without_draft": result["pools_without_draft"]}
+    return pools
+
+
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
            entry: str, argv: list[str], cuda: str, renv: ReleaseEnv,
            seconds: dict[str, float]) -> ServerArgsFacts:
@@ -333,4 +345,4 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         env={"root": str(renv.root),
              "installed": len(cast(list[str], renv.record.get("installed", [])))},
         peak_rss_mb=float(result.get("peak_rss_mb") or 0.0), log=result.get("log", []),
-        pools=result.get("pools"))
+        pools=_pools(result))

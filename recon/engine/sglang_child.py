@@ -335,6 +335,55 @@ def parsed_namespace(model_dir: str, seen: dict[str, Any],
         argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
 
 
+def _option_of(parser: argparse.ArgumentParser, word: str) -> argparse.Action | None:
+    """The action the release's parser gives an option word (abbreviations as it resolves them)."""
+    if not word.startswith("-") or word == "-":
+        return None
+    try:
+        found: Any = parser._parse_optional(word)  # noqa: SLF001 - the parser's own resolution
+    except SystemExit:  # an ambiguous abbreviation: the first parse would have refused it
+        return None
+    if isinstance(found, list):  # Python 3.12+: every match
+        found = found[0] if len(found) == 1 else None
+    return found[0] if isinstance(found, tuple) and found[0] is not None else None
+
+
+def without_speculative(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str],
+                                                                                 list[str]]:
+    """``argv`` without the options whose destination is a ``speculative_*`` field, and those.
+
+    The release's parser names the options and their arities: the same command
+    line with speculative decoding left out, for the pools without the draft.
+    """
+    out: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        action = _option_of(parser, word.split("=", 1)[0])
+        if action is None or not action.dest.startswith("speculative_"):
+            out.append(word)
+            i += 1
+            continue
+        dropped.append(word)
+        i += 1
+        if "=" in word:
+            continue
+        nargs = action.nargs
+        if nargs is None:
+            takes = 1
+        elif isinstance(nargs, int):
+            takes = nargs
+        elif nargs == "?":
+            takes = 1 if i < len(argv) and not argv[i].startswith("-") else 0
+        else:  # "*", "+": up to the next option
+            takes = next((j for j in range(i, len(argv)) if argv[j].startswith("-")),
+                         len(argv)) - i
+        dropped += argv[i:i + takes]
+        i += takes
+    return out, dropped
+
+
 def server_argv(entry: str, argv: list[str]) -> list[str]:
     """The arguments ``prepare_server_args`` gets, as the release's own entry point passes them.
 
@@ -571,8 +620,12 @@ def _restore_model(value: Any, scratch: str, model: Any) -> Any:
     return value
 
 
-def decide(req: dict[str, Any], out: dict[str, Any], dec: Decisions) -> Any:
-    """Parse, resolve and check; the resolved fields and what changed them go into ``out``."""
+def decide(req: dict[str, Any], out: dict[str, Any],
+           dec: Decisions) -> tuple[Any, argparse.ArgumentParser | None]:
+    """Parse, resolve and check; the resolved fields and what changed them go into ``out``.
+
+    Returns the record and the release's parser (None where it built none).
+    """
     lap = time.monotonic()
     server_args, seen, assigned = build(req, dec)
     out["phases"]["resolve"] = round(time.monotonic() - lap, 2)
@@ -599,7 +652,18 @@ def decide(req: dict[str, Any], out: dict[str, Any], dec: Decisions) -> Any:
                                                                        None))
                          else "ServerArgs.__post_init__")
     out["record_class"] = f"{type(server_args).__module__}.{type(server_args).__qualname__}"
-    return server_args
+    return server_args, seen.get("parser")
+
+
+def pools_without_draft(req: dict[str, Any], parser: argparse.ArgumentParser, dec: Decisions,
+                        logs: Any) -> dict[str, Any]:
+    """The same command line without its speculative options, sized at the first figure."""
+    argv, dropped = without_speculative(parser, list(req["argv"]))
+    plain, _, _ = build({**req, "argv": argv, "draft_dir": None}, dec)
+    memory = req["memory"]
+    first = {"available_gb": memory["available_gb"][:1], "pre_load_gb": memory["pre_load_gb"][:1]}
+    sized = vpools.pools(plain, first, logs)
+    return {"argv": argv, "dropped": dropped, "point": sized["points"][0]}
 
 
 def answer(req: dict[str, Any]) -> dict[str, Any]:
@@ -613,10 +677,14 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     stage = "server_args"
     try:
         with dec.active():
-            server_args = decide(req, out, dec)
+            server_args, parser = decide(req, out, dec)
             if req.get("memory"):
                 stage = "pools"
                 out["pools"] = vpools.pools(server_args, req["memory"], hooks["logs"])
+                if req["memory"].get("without_draft") and parser is not None and \
+                        getattr(server_args, "speculative_algorithm", None):
+                    out["pools_without_draft"] = pools_without_draft(req, parser, dec,
+                                                                     hooks["logs"])
         out["ok"] = True
     except UsageError as err:
         out["usage_error"] = {"exit_code": err.code, "message": str(err)}
@@ -634,6 +702,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         "device": hooks["device"] + probes,
         "refused": sorted(set(hooks["guard"].refused)),
         "pools": out.get("pools", {}).pop("replaced", [])}
+    out.get("pools_without_draft", {}).pop("replaced", None)
     out["ran"] = dec.functions()
     out["seconds"] = {"import": round(imported - start, 2),
                       "decide": round(time.monotonic() - imported, 2), **out.pop("phases")}

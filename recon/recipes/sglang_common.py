@@ -62,7 +62,8 @@ PRINTED_PRECISION_GB = 0.005
 PRECISION_SAMPLES = 9
 
 
-def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, list[str]]:
+def memory_figures(ctx: RecipeContext, graphs: bool,
+                   without_draft: bool = False) -> tuple[MemoryFigures, list[str]]:
     """The free-memory figures of ``--set``, and what recon assumed to complete them.
 
     Free memory after the weights is the user's (their log, or their weights'
@@ -103,7 +104,8 @@ def memory_figures(ctx: RecipeContext, graphs: bool) -> tuple[MemoryFigures, lis
         raise ReconError(f"--set memory_precision_gb: not negative, got {step}")
     shifts = [step * (2 * i / (PRECISION_SAMPLES - 1) - 1) for i in range(PRECISION_SAMPLES)]
     return MemoryFigures((*available, *(available[0] + d for d in shifts)),
-                         (*pre, *(pre[0] - d for d in shifts)), graphs=graphs), said
+                         (*pre, *(pre[0] - d for d in shifts)), graphs=graphs,
+                         without_draft=without_draft), said
 
 
 def given_points(facts: ServerArgsFacts) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -71,6 +71,31 @@ def logged(point: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def draft_share(first: dict[str, Any], plain: dict[str, Any] | None
+                ) -> tuple[dict[str, Any], Finding] | None:
+    """The same command line without its speculative options, at the same free memory."""
+    if not plain:
+        return None
+    other = point_values(plain["point"])
+    with_draft, without = first.get("max_total_num_tokens"), other.get("max_total_num_tokens")
+    values = {"without_draft": {k: other.get(k) for k in ("max_total_num_tokens",
+                                                          "max_running_requests",
+                                                          "max_mamba_cache_size")},
+              "draft_options_left_out": plain["dropped"]}
+    if not isinstance(with_draft, int) or not isinstance(without, int) or without <= 0:
+        return values, Finding("info", "without its speculative options the release sized no "
+                                       "KV pool to compare with")
+    change = with_draft - without
+    text = (f"speculative decoding changes the KV pool by {change:+,} tokens ({change / without:+.0%})"
+            f": {without:,} without {' '.join(plain['dropped'])}, {with_draft:,} with it, at the "
+            "same free memory (the draft's weights also take memory: compare the two logs' "
+            "'Load weight end' figures)")
+    if other.get("max_running_requests") != first.get("max_running_requests"):
+        text += (f"; max_running_requests {other.get('max_running_requests')} -> "
+                 f"{first.get('max_running_requests')}")
+    return values, Finding("info", text)
+
+
 def ranges(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """``*_range`` values: the least and most the release answers across the first figure's
     printed precision (sampled: the answer is not monotone in the memory)."""
@@ -112,7 +137,7 @@ def replaced_note(facts: ServerArgsFacts) -> str:
 
 def run(ctx: RecipeContext) -> RecipeResult:
     """The release's pools for each memory figure given."""
-    memory, said = memory_figures(ctx, graphs=False)
+    memory, said = memory_figures(ctx, graphs=False, without_draft=True)
     facts, how = facts_for(ctx, memory)
     points, bounds = given_points(facts)
     res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
@@ -131,6 +156,10 @@ def run(ctx: RecipeContext) -> RecipeResult:
     for point in points:
         res.findings += [f for f in point_findings(point) if f not in res.findings]
     res.findings += logged(points[0])
+    draft = draft_share(first, (facts.pools or {}).get("without_draft"))
+    if draft:
+        res.values.update(draft[0])
+        res.findings.append(draft[1])
     res.undecided = undecided(points)
     res.findings += [Finding("info", "assumed " + line)
                      for line in [*facts.assumptions, *said, *how]]
