@@ -359,3 +359,22 @@ def test_speculative_options_are_found_by_the_parser() -> None:
     assert kept == ["--model-path", "M", "--tp-size", "2"]
     assert dropped == ["--speculative-algo", "EAGLE", "--speculative-num-steps=3",
                        "--speculative-adaptive"]
+
+
+def test_public_log_of_an_older_release_gets_no_number(pip_snapshot: Callable[..., Snapshot]
+                                                       ) -> None:
+    """A real 0.5.9 server's pool lines (public thread): no prediction, the reason, exit 6."""
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "logs" / "public" / "sglang-0.5.9-qwen3.5-397b-tp2.log"
+    snap = pip_snapshot("sglang==0.5.9")
+    done = subprocess.run([sys.executable, "-m", "recon", "logs", str(log), "--snapshot",  # noqa: S603
+                           str(snap.root), "--json"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 6, done.stderr
+    rows = {r["quantity"]: r for r in json.loads(done.stdout)["comparisons"]}
+    for quantity in ("kv_pool_tokens", "max_total_num_tokens", "max_mamba_cache_size"):
+        assert rows[quantity]["status"] == "no prediction"
+        assert rows[quantity]["predicted"] is None
+        assert "KVCacheConfigurator" in rows[quantity]["note"]
+    assert rows["kv_pool_tokens"]["observed"] == 580364

@@ -114,6 +114,24 @@ def given_points(facts: ServerArgsFacts) -> tuple[list[dict[str, Any]], list[dic
     return points[:-PRECISION_SAMPLES], points[-PRECISION_SAMPLES:]
 
 
+#: where a release sizes its pools in one object engine mode can run (module, qualname)
+SIZING = ("sglang.srt.mem_cache.kv_cache_configurator",
+          "KVCacheConfigurator._resolve_memory_pool_config")
+
+
+def require_pool_sizing(ctx: RecipeContext) -> None:
+    """Refuse, from the snapshot's index and before any environment is built, a release
+    whose pool sizing is not a ``KVCacheConfigurator`` (the child checks again)."""
+    if ctx.snapshot.package != "sglang":
+        raise NotApplicable(f"SGLang engine mode reads SGLang; the snapshot holds "
+                            f"{ctx.snapshot.package}")
+    module, qualname = SIZING
+    if f"{module}:{qualname}" not in ctx.index.functions:
+        raise NotApplicable(f"this release has no {module}.{qualname}: it sizes its pools "
+                            "inside ModelRunner, from the layer range ModelRunner.load_model "
+                            "sets while loading the weights onto a GPU")
+
+
 def facts_for(ctx: RecipeContext, memory: MemoryFigures | None = None
               ) -> tuple[ServerArgsFacts, list[str]]:
     """The release's resolved ServerArgs (and pools, with ``memory``), once per request."""

@@ -26,7 +26,7 @@ from ...errors import ReconError
 from ..base import Finding, Recipe, RecipeContext, RecipeResult, Table
 from ..options import opt_ints
 from ..registry import register
-from ..sglang_common import facts_for, given_points, memory_figures
+from ..sglang_common import facts_for, given_points, memory_figures, require_pool_sizing
 from .sglang_memory_pools import point_findings, provenance, replaced_note, undecided
 
 NAME = "sglang-cuda-graphs"
@@ -48,6 +48,7 @@ def placement(batch: int, captured: list[int], most: int | None) -> tuple[str, i
 
 def run(ctx: RecipeContext) -> RecipeResult:
     """The release's decode capture sizes for the first memory figure (and each given)."""
+    require_pool_sizing(ctx)
     memory, said = memory_figures(ctx, graphs=True)
     batches = opt_ints(ctx.options, "batch") or []
     if any(b < 1 for b in batches):

@@ -24,7 +24,7 @@ from typing import Any
 from ...engine.sglang import ServerArgsFacts
 from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
 from ..registry import register
-from ..sglang_common import facts_for, given_points, memory_figures
+from ..sglang_common import facts_for, given_points, memory_figures, require_pool_sizing
 
 NAME = "sglang-memory-pools"
 
@@ -137,6 +137,7 @@ def replaced_note(facts: ServerArgsFacts) -> str:
 
 def run(ctx: RecipeContext) -> RecipeResult:
     """The release's pools for each memory figure given."""
+    require_pool_sizing(ctx)
     memory, said = memory_figures(ctx, graphs=False, without_draft=True)
     facts, how = facts_for(ctx, memory)
     points, bounds = given_points(facts)
