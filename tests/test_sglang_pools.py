@@ -257,15 +257,24 @@ def test_cuda_graph_recipe_places_running_batches(sglang: Snapshot) -> None:
 
 
 def _llama_log(tokens: int, slots_line: str = "") -> str:
-    """An SGLang 0.5.23 start-up log of Llama-3.1-8B at TP 1 (its own line formats)."""
+    """An SGLang 0.5.23 start-up log of Llama-3.1-8B at TP 1 (its own line formats).
+
+    The scheduler's request slots follow the release's estimate: 512 per context length of
+    pool tokens, kept within 2048..4096, at most half the pool.
+    """
     half = tokens * _kv_bytes_per_token(_config(LLAMA[0]), 1, 32) / 2 / GIB
+    context = _config(LLAMA[0])["max_position_embeddings"]
+    slots = min(max(min(int(tokens / context * 512), 4096), 2048), tokens // 2)
     return "\n".join([
         "[2026-12-03 10:00:00 TP0] Load weight begin. avail mem=78.00 GB",
         "[2026-12-03 10:00:09 TP0] Load weight end. elapsed=9.10 s, type=LlamaForCausalLM, "
         "dtype=torch.bfloat16, avail mem=60.00 GB, mem usage=18.00 GB.",
         f"[2026-12-03 10:00:09 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
         f"{tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB",
-        "[2026-12-03 10:00:09 TP0] Memory pool end. avail mem=13.00 GB", slots_line, ""])
+        "[2026-12-03 10:00:09 TP0] Memory pool end. avail mem=13.00 GB",
+        f"[2026-12-03 10:00:30 TP0] max_total_num_tokens={tokens}, chunked_prefill_size=8192, "
+        f"max_prefill_tokens=16384, max_running_requests={slots}, context_len={context}, "
+        "available_gpu_mem=11.50 GB", slots_line, ""])
 
 
 def test_logs_predict_the_pool_from_the_logged_memory(sglang: Snapshot) -> None:
@@ -289,6 +298,8 @@ def test_logs_predict_the_pool_from_the_logged_memory(sglang: Snapshot) -> None:
     assert rows["kv_pool_tokens"].status == "match", rows["kv_pool_tokens"]
     assert rows["kv_pool_tokens"].recipe == "sglang-memory-pools"
     assert rows["k_size_gb"].status == "match"
+    assert rows["max_total_num_tokens"].status == "match", rows["max_total_num_tokens"]
+    assert rows["max_running_requests"].status == "match", rows["max_running_requests"]
     assert {(i["option"], i["value"]) for i in report.inputs} >= {("available_gb", 60.0),
                                                                  ("pre_load_gb", 78.0)}
     # a pool far outside what 0.005 GB of rounding can move

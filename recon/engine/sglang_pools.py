@@ -336,6 +336,11 @@ def one_point(server_args: Any, figures: dict[str, float], want_graphs: bool,
         "page_size": int(schedule.page_size),
         "mamba": runner.kv_cache_configurator.mambaish_config is not None,
     })
+    runner.max_total_num_tokens = point["max_total_num_tokens"]
+    runner.max_running_requests = point["max_running_requests"]
+    if isinstance(getattr(type(runner), "logical_max_total_num_tokens", None), property):
+        # what the scheduler logs as max_total_num_tokens (request tokens, not per-rank rows)
+        point["logical_max_total_num_tokens"] = int(runner.logical_max_total_num_tokens)
     if want_graphs:
         point["graphs"] = capture_sizes(runner, rc)
     point["log"] = [r["message"] for r in logs.records[first:]

@@ -66,8 +66,10 @@ LINKS: list[Link] = [
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
     # SGLang: the release's own pool sizing for the free memory its log printed
-    Link("max_total_num_tokens", "sglang-memory-pools", ("max_total_num_tokens",),
-         engine="sglang"),
+    # the scheduler's line counts request tokens (the runner's logical capacity), the pool's
+    # line per-rank rows: the same number unless decode context parallelism widens the first
+    Link("max_total_num_tokens", "sglang-memory-pools",
+         ("logical_max_total_num_tokens", "max_total_num_tokens"), engine="sglang"),
     Link("kv_pool_tokens", "sglang-memory-pools", ("max_total_num_tokens",), engine="sglang"),
     Link("max_mamba_cache_size", "sglang-memory-pools", ("max_mamba_cache_size",),
          engine="sglang"),

@@ -29,7 +29,8 @@ from ..sglang_common import facts_for, given_points, memory_figures, require_poo
 NAME = "sglang-memory-pools"
 
 #: the quantities of one memory point, as identifiers (``--json``), first the headline ones
-QUANTITIES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size",
+QUANTITIES = ("max_total_num_tokens", "logical_max_total_num_tokens", "max_running_requests",
+              "max_mamba_cache_size",
               "full_max_total_num_tokens", "swa_max_total_num_tokens", "kv_cache_dtype",
               "mem_fraction_static", "req_to_token_pool_size", "context_len", "page_size")
 #: the functions of the release whose provenance a write-up cites
@@ -100,7 +101,8 @@ def ranges(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """``*_range`` values: the least and most the release answers across the first figure's
     printed precision (sampled: the answer is not monotone in the memory)."""
     out = {}
-    for key in ("max_total_num_tokens", "max_mamba_cache_size", "max_running_requests"):
+    for key in ("max_total_num_tokens", "logical_max_total_num_tokens", "max_mamba_cache_size",
+                "max_running_requests"):
         seen = [b[key] for b in samples if isinstance(b.get(key), int)]
         if seen and len(seen) == len(samples):
             out[f"{key}_range"] = [min(seen), max(seen)]
