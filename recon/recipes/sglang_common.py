@@ -10,6 +10,7 @@ figures the pools read are taken from ``--set`` here, in one wording.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..engine.config import DEFAULT_GPU_COUNT
@@ -17,7 +18,7 @@ from ..engine.gpus import board_for
 from ..engine.gpus import gpu as lookup_gpu
 from ..engine.sglang import MemoryFigures, ServerArgsFacts, SglangNotApplicable, server_args
 from ..errors import ReconError
-from .base import NotApplicable, RecipeContext, load_model_config
+from .base import NotApplicable, RecipeContext, RecipeResult, load_model_config
 from .options import opt_float
 
 _MEMO: dict[str, ServerArgsFacts] = {}
@@ -54,6 +55,12 @@ def _floats(ctx: RecipeContext, key: str) -> list[float] | None:
         items = [value]
     return [float(opt_float({key: item}, key) or 0.0) for item in items]
 
+
+#: ``recon demo`` for the pools-based recipes: the hybrid example at TP 4, with the two
+#: 'avail mem=' figures of an H100 log (before and after the weights)
+DEMOS = (("qwen3-next-80b-a3b-instruct.json",
+          "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4"),)
+DEMO_OPTIONS = {"available_gb": 60, "pre_load_gb": 78}
 
 #: the log prints free memory to 0.01 GB: the true figure is within half of that
 PRINTED_PRECISION_GB = 0.005
@@ -158,3 +165,29 @@ def facts_for(ctx: RecipeContext, memory: MemoryFigures | None = None
         except SglangNotApplicable as err:
             raise NotApplicable(str(err).partition(": ")[2] or str(err)) from err
     return _MEMO[key], [how] if how else []
+
+
+@dataclass
+class PoolsRun:
+    """One pools-based recipe's engine-mode answer: the result to fill, the points."""
+
+    res: RecipeResult
+    facts: ServerArgsFacts
+    points: list[dict[str, Any]]  # one per figure given
+    samples: list[dict[str, Any]]  # across the first figure's printed precision
+    said: list[str]  # what recon assumed to complete the figures and the GPU
+
+
+def pools_run(ctx: RecipeContext, name: str, *, graphs: bool,
+              without_draft: bool = False) -> PoolsRun:
+    """Refuse a release without the sizing, read the figures, run the release once."""
+    require_pool_sizing(ctx)
+    memory, said = memory_figures(ctx, graphs=graphs, without_draft=without_draft)
+    facts, how = facts_for(ctx, memory)
+    points, samples = given_points(facts)
+    res = RecipeResult(name, ctx.snapshot.name, ctx.release)
+    res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
+                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count,
+                  "available_gb": [p["available_gb"] for p in points],
+                  "pre_load_gb": [p["pre_load_gb"] for p in points]}
+    return PoolsRun(res, facts, points, samples, [*said, *how])

@@ -26,8 +26,8 @@ from ...errors import ReconError
 from ..base import Finding, Recipe, RecipeContext, RecipeResult, Table
 from ..options import opt_ints
 from ..registry import register
-from ..sglang_common import facts_for, given_points, memory_figures, require_pool_sizing
-from .sglang_memory_pools import point_findings, provenance, replaced_note, undecided
+from ..sglang_common import DEMO_OPTIONS, DEMOS, pools_run
+from .sglang_memory_pools import finish, point_findings
 
 NAME = "sglang-cuda-graphs"
 
@@ -48,18 +48,11 @@ def placement(batch: int, captured: list[int], most: int | None) -> tuple[str, i
 
 def run(ctx: RecipeContext) -> RecipeResult:
     """The release's decode capture sizes for the first memory figure (and each given)."""
-    require_pool_sizing(ctx)
-    memory, said = memory_figures(ctx, graphs=True)
     batches = opt_ints(ctx.options, "batch") or []
     if any(b < 1 for b in batches):
         raise ReconError(f"--set batch: positive batch sizes, got {batches}")
-    facts, how = facts_for(ctx, memory)
-    points, _ = given_points(facts)
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
-    res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
-                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count,
-                  "available_gb": [p["available_gb"] for p in points],
-                  "pre_load_gb": [p["pre_load_gb"] for p in points]}
+    run_ = pools_run(ctx, NAME, graphs=True)
+    res, facts, points = run_.res, run_.facts, run_.points
     rows = []
     for point in points:
         graphs: dict[str, Any] = point["graphs"]
@@ -102,13 +95,7 @@ def run(ctx: RecipeContext) -> RecipeResult:
                                             f"{graphs['decode_backend']!r}): every batch runs "
                                             "eagerly"))
     res.findings += point_findings(points[0])
-    res.undecided = undecided(points[:1])
-    res.findings += [Finding("info", "assumed " + line)
-                     for line in [*facts.assumptions, *said, *how]]
-    res.provenance = provenance(facts)
-    res.ran = facts.ran
-    res.notes.append(replaced_note(facts))
-    return res
+    return finish(res, facts, points[:1], run_.said)
 
 
 register(Recipe(
@@ -127,9 +114,7 @@ register(Recipe(
     example="--config example:qwen3-next-80b-a3b-instruct --set available_gb=60 "
             "--set pre_load_gb=78 --set batch=64,300 --flags \"python -m "
             "sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4\"",
-    demos=[("qwen3-next-80b-a3b-instruct.json",
-            "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
-    # the two 'avail mem=' figures of an H100 log (before and after the weights)
-    demo_options={"available_gb": 60, "pre_load_gb": 78},
+    demos=list(DEMOS),
+    demo_options=dict(DEMO_OPTIONS),
     needs=("torch",),
 ))

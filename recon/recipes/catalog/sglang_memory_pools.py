@@ -24,7 +24,7 @@ from typing import Any
 from ...engine.sglang import ServerArgsFacts
 from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
 from ..registry import register
-from ..sglang_common import facts_for, given_points, memory_figures, require_pool_sizing
+from ..sglang_common import DEMO_OPTIONS, DEMOS, pools_run
 
 NAME = "sglang-memory-pools"
 
@@ -139,15 +139,8 @@ def replaced_note(facts: ServerArgsFacts) -> str:
 
 def run(ctx: RecipeContext) -> RecipeResult:
     """The release's pools for each memory figure given."""
-    require_pool_sizing(ctx)
-    memory, said = memory_figures(ctx, graphs=False, without_draft=True)
-    facts, how = facts_for(ctx, memory)
-    points, bounds = given_points(facts)
-    res = RecipeResult(NAME, ctx.snapshot.name, ctx.release)
-    res.inputs = {"command": ctx.command, "config": ctx.config_path or "given",
-                  "gpu": facts.gpu.key, "gpu_count": facts.gpu_count,
-                  "available_gb": [p["available_gb"] for p in points],
-                  "pre_load_gb": [p["pre_load_gb"] for p in points]}
+    run_ = pools_run(ctx, NAME, graphs=False, without_draft=True)
+    res, facts, points, bounds = run_.res, run_.facts, run_.points, run_.samples
     first = point_values(points[0])
     res.values = dict(first) if len(points) == 1 else {"points": [point_values(p)
                                                                   for p in points]}
@@ -163,9 +156,15 @@ def run(ctx: RecipeContext) -> RecipeResult:
     if draft:
         res.values.update(draft[0])
         res.findings.append(draft[1])
+    return finish(res, facts, points, run_.said)
+
+
+def finish(res: RecipeResult, facts: ServerArgsFacts, points: list[dict[str, Any]],
+           said: list[str]) -> RecipeResult:
+    """What every pools-based answer ends with: exit 7 where the engine resizes later, the
+    assumptions, the functions that ran and what engine mode replaced."""
     res.undecided = undecided(points)
-    res.findings += [Finding("info", "assumed " + line)
-                     for line in [*facts.assumptions, *said, *how]]
+    res.findings += [Finding("info", "assumed " + line) for line in [*facts.assumptions, *said]]
     res.provenance = provenance(facts)
     res.ran = facts.ran
     res.notes.append(replaced_note(facts))
@@ -189,9 +188,7 @@ register(Recipe(
     example="--config example:qwen3-next-80b-a3b-instruct --set available_gb=60 "
             "--set pre_load_gb=78 --flags \"python -m sglang.launch_server --model-path "
             "Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4\"",
-    demos=[("qwen3-next-80b-a3b-instruct.json",
-            "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
-    # the two 'avail mem=' figures of an H100 log (before and after the weights)
-    demo_options={"available_gb": 60, "pre_load_gb": 78},
+    demos=list(DEMOS),
+    demo_options=dict(DEMO_OPTIONS),
     needs=("torch",),
 ))
