@@ -184,6 +184,22 @@ def test_dflash_draft_layers_share_the_kv_budget(sglang: Snapshot) -> None:
     assert point["max_running_requests"] == facts.server_args["max_running_requests"]
 
 
+def test_eagle_draft_layer_is_charged_per_token(sglang: Snapshot) -> None:
+    """EAGLE with a one-layer draft config: its layer joins every token's KV cost."""
+    target = _config(LLAMA[0])
+    draft = {**target, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
+    flags = ("--speculative-algorithm EAGLE --speculative-draft-model-path "
+             "lmsys/sglang-EAGLE-LLaMA3-Instruct-8B --speculative-num-steps 3 "
+             "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8")
+    facts = server_args(sglang, LAUNCH.format(model=LLAMA[1]) + flags, target, gpu="h100",
+                        draft_config=draft, memory=MemoryFigures((60.0,), (78.0,)))
+    point = facts.pools["points"][0]  # type: ignore[index]
+    per_layer = _kv_bytes_per_token(target, 1, 1)
+    cell = per_layer * (target["num_hidden_layers"] + draft["num_hidden_layers"])
+    budget = _kv_budget_gib(60.0, 78.0, point["mem_fraction_static"])
+    assert point["max_total_num_tokens"] == int(budget * GIB) // cell
+
+
 def test_capture_sizes_are_clamped_to_the_request_pool(sglang: Snapshot) -> None:
     facts = _pools(sglang, QWEN, "--tp 4", (60.0,), graphs=True)
     point = facts.pools["points"][0]  # type: ignore[index]
