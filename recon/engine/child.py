@@ -47,7 +47,7 @@ import traceback
 import types
 import typing
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 #: log templates whose first argument is a number the engine printed (key, template prefix)
 LOGGED = (("attention_block_size_logged", "Setting attention block size to"),
@@ -713,6 +713,38 @@ def layout_arguments(assign: Any, layout: str, config: Any) -> dict[str, Any]:
     return {n: known[n] for n in names}
 
 
+def v1_runner() -> Any:
+    """The V1 GPU model runner class, or None in releases that removed it (0.34: V2 only)."""
+    try:
+        return importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+    except ModuleNotFoundError as err:
+        if err.name != "vllm.v1.worker.gpu_model_runner":
+            raise
+        return None
+
+
+def kv_cache_spec(config: Any) -> dict[str, Any]:
+    """The worker's KV cache spec per layer, from the model runner the release has.
+
+    The V1 runner's ``get_kv_cache_spec`` runs unbound on a view; where the release
+    has only the V2 runner, its ``get_kv_cache_spec`` does, on a view without a
+    draft model speculator (the one case it adjusts: a draft at DCP 1 under a DCP
+    target; such a command is refused here, not answered).
+    """
+    runner = v1_runner()
+    if runner is not None:
+        return cast(dict[str, Any], runner.get_kv_cache_spec(RunnerView(config)))
+    v2 = importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
+    dcp = int(getattr(config.parallel_config, "decode_context_parallel_size", 1) or 1)
+    spec = getattr(config, "speculative_config", None)
+    if dcp > 1 and getattr(spec, "method", None) == "draft_model":
+        raise RuntimeError("a draft model under decode context parallelism: the V2 runner's "
+                           "KV spec depends on the built speculator, which engine mode lacks")
+    view = RunnerView(config)
+    view.__dict__.update(speculator=None, dcp_size=dcp)
+    return cast(dict[str, Any], v2.get_kv_cache_spec(view))
+
+
 def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -> Any:
     """KV cache specs per layer and the release's KV cache config for ``kv_bytes``.
 
@@ -720,8 +752,7 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     the token capacity is an answer; otherwise the config only feeds the CUDA graph
     resolution, and no capacity is reported.
     """
-    runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
-    spec = runner.get_kv_cache_spec(RunnerView(config))
+    spec = kv_cache_spec(config)
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
     get_configs = _find(planning, "get_kv_cache_configs")
     args: list[Any] = [config, [spec], [int(kv_bytes)]]
@@ -811,10 +842,9 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
     the backends' CUDA graph support downgrades the mode and rounds the sizes
     (spec decode), then the dispatcher makes one key per graph the engine captures.
     """
-    runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+    runner = v1_runner()
     check = getattr(runner, "_check_and_update_cudagraph_mode", None)
-    dispatcher_cls = _find(("vllm.v1.cudagraph_dispatcher",), "CudagraphDispatcher")
-    if check is None:
+    if check is None and (runner is not None or model_runner(config) != "V2"):
         out["cudagraph_stage"] = "create_engine_config (the release's model runner has no " \
                                  "_check_and_update_cudagraph_mode)"
         return
@@ -827,6 +857,9 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
             out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner: "
                                       f"its graph manager raised {type(err).__name__})")
         return
+    if check is None:  # the config picks V1 in a release without it: its own error would say
+        raise RuntimeError("the release picks the V1 model runner, which it does not have")
+    dispatcher_cls = _find(("vllm.v1.cudagraph_dispatcher",), "CudagraphDispatcher")
     view = RunnerView(config)
     dispatcher = dispatcher_cls(config)
     spec = getattr(config, "speculative_config", None)
@@ -1016,8 +1049,8 @@ def v2_runner_keywords() -> dict[str, set[str]]:
 def model_runner(config: Any) -> str:
     """Which GPU model runner the release picks for this config (its own property)."""
     pick = getattr(type(config), "use_v2_model_runner", None)
-    if pick is None:
-        return "V1"
+    if pick is None:  # no choice: the one runner the release has (0.34 removed V1)
+        return "V1" if v1_runner() is not None else "V2"
     value = config.use_v2_model_runner
     return "V2" if (value() if callable(value) else value) else "V1"
 
@@ -1098,6 +1131,15 @@ def resolved_graphs(cudagraph: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def memory_share(cache: Any) -> float:
+    """The GPU memory share the release plans with: its resolved value where the field may be
+    unset (0.34: ``resolved_gpu_memory_utilization``), else the field."""
+    resolved = getattr(type(cache), "resolved_gpu_memory_utilization", None)
+    if isinstance(resolved, property):
+        return float(cache.resolved_gpu_memory_utilization)
+    return float(cache.gpu_memory_utilization)
+
+
 def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     """What the worker does before it captures: layers, block sizes, KV cache, CUDA graphs.
 
@@ -1129,7 +1171,7 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
         return
     out["attention_backends"] = backends(config)
     given = out.get("kv_memory_bytes")
-    planned = int(given or out["gpu_memory_bytes"] * config.cache_config.gpu_memory_utilization)
+    planned = int(given or out["gpu_memory_bytes"] * memory_share(config.cache_config))
     lap = time.monotonic()
     try:
         kv = kv_phase(config, planned, out, report=bool(given))
