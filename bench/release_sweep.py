@@ -4,7 +4,7 @@
     python bench/release_sweep.py --render sweep.jsonl > docs/release-sweep.md
 
 For each release (default: the newest patch of each minor release from 0.10.2 to
-0.33.0, and 0.22.0 which the public-log cases use) the three engine-backed recipes run as a user runs them: the ``recon`` CLI in
+0.34.0, and 0.22.0 which the public-log cases use) the three engine-backed recipes run as a user runs them: the ``recon`` CLI in
 a subprocess, ``--snapshot pip:vllm==V``, the Qwen3-Next 80B example config, ``vllm
 serve`` with TP 2, the default H100. Each row records the exit code, the numbers
 (``--json``) or recon's one-line reason, and the wall time. The first recipe of a
@@ -28,7 +28,8 @@ from typing import Any
 
 RELEASES = ("0.10.2", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
             "0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.22.0", "0.23.0", "0.24.0", "0.25.1",
-            "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+            "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+            "0.34.0")
 CONFIG = "example:qwen3-next-80b-a3b-instruct"
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 2"
 #: recipe, extra --set, the values shown in the table

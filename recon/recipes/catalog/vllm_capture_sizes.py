@@ -596,6 +596,11 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
         res.findings.insert(0, Finding("warn", f"the model runner changed the capture sizes the "
                                        f"config line prints: {_brief(printed)} -> {_brief(used)}"
                                        + (f" (dropped {_brief(dropped)})" if dropped else "")))
+    stage = str(data.get("cudagraph_stage") or "")
+    if "V2 model runner" in stage and stage.startswith("create_engine_config ("):
+        res.findings.insert(0, Finding("warn", "the CUDA graphs the V2 model runner captures are "
+                                       "not predicted (" + stage.partition("(")[2].rstrip(")")
+                                       + "): the sizes shown are the config line's"))
     if data.get("cudagraph_mode_resolved") not in (None, data.get("cudagraph_mode")):
         res.findings.insert(0, Finding("warn", f"cudagraph mode {data.get('cudagraph_mode')} "
                                        f"became {data['cudagraph_mode_resolved']} once the "
