@@ -193,7 +193,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "sglang.cuda_graph.end": (
         "Capture draft decode CUDA graph end. bs=(1,), elapsed=3.02 s, mem usage=0.21 GB, "
         "avail mem=6.10 GB.",
-        {"cuda_graph_role": "draft decode", "cuda_graph_bs": [1], "cuda_graph_mem_gb": 0.21}),
+        {"cuda_graph_role": "draft decode", "cuda_graph_bs_draft": [1],
+         "cuda_graph_mem_gb_draft": 0.21}),
     "sglang.decode.dot": (
         "Decode batch. #running-req: 1, #token: 54, token usage: 0.00, accept len: 3.21, cuda "
         "graph: True, gen throughput (token/s): 35.12, #queue-req: 0,",

@@ -170,6 +170,5 @@ def test_sglang_log_with_sglang_snapshot(sglang_latest: Snapshot) -> None:
     row = by_quantity(report)["max_total_num_tokens"]
     assert row.observed == 1318912 and row.recipe == "sglang-memory-pools"
     assert row.status in ("match", "mismatch") and isinstance(row.predicted, int)
-    used = {(i["option"], i["value"], i["quantity"]) for i in report.inputs}
-    assert ("available_gb", 40.96, "avail_mem_after_weights_gb") in used
-    assert ("pre_load_gb", 78.98, "avail_mem_before_weights_gb") in used
+    used = {(i["option"], i["value"], i["line"]) for i in report.inputs}
+    assert ("available_gb", 40.96, 4) in used and ("pre_load_gb", 78.98, 3) in used

@@ -318,6 +318,10 @@ def test_logs_predict_the_pool_from_the_logged_memory(sglang: Snapshot) -> None:
     assert rows["max_running_requests"].status == "match", rows["max_running_requests"]
     assert {(i["option"], i["value"]) for i in report.inputs} >= {("available_gb", 60.0),
                                                                  ("pre_load_gb", 78.0)}
+    # every number the log printed is predicted and agrees (a line printing free memory is
+    # recon's own figure echoed back, and is not taken for the engine's)
+    assert report.mismatches == [], [(c.quantity, c.observed, c.predicted)
+                                     for c in report.mismatches]
     # a pool far outside what 0.005 GB of rounding can move
     off = analyze(text=_llama_log(tokens + 2000), snapshot=sglang, config=config, flags=flags,
                   options={"gpu": "h100"})
@@ -405,3 +409,45 @@ def test_public_log_of_an_older_release_gets_no_number(pip_snapshot: Callable[..
         assert rows[quantity]["predicted"] is None
         assert "KVCacheConfigurator" in rows[quantity]["note"]
     assert rows["kv_pool_tokens"]["observed"] == 580364
+
+
+def test_memory_figures_of_a_speculative_tp_log() -> None:
+    """Two ranks and a draft model: the target's first 'begin' and the last 'end' before the
+    pools, each the smallest over the ranks, as the engine reduces them."""
+    from recon.logs import parse_text
+    from recon.logs.setting import sglang_memory
+
+    log = parse_text("\n".join([
+        "[2026-12-03 10:00:00 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2026-12-03 10:00:00 TP1] Load weight begin. avail mem=78.40 GB",
+        "[2026-12-03 10:00:09 TP0] Load weight end. elapsed=9.10 s, type=LlamaForCausalLM, "
+        "avail mem=60.50 GB, mem usage=18.00 GB.",
+        "[2026-12-03 10:00:09 TP1] Load weight end. elapsed=9.10 s, type=LlamaForCausalLM, "
+        "avail mem=60.40 GB, mem usage=18.00 GB.",
+        "[2026-12-03 10:00:10 TP0] Load weight begin. avail mem=60.50 GB",
+        "[2026-12-03 10:00:11 TP0] Load weight end. elapsed=1.00 s, type=LlamaForCausalLMEagle, "
+        "avail mem=59.70 GB, mem usage=0.80 GB.",
+        "[2026-12-03 10:00:11 TP1] Load weight end. elapsed=1.00 s, type=LlamaForCausalLMEagle, "
+        "avail mem=59.60 GB, mem usage=0.80 GB.",
+        "[2026-12-03 10:00:12 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1000, "
+        "K size: 0.10 GB, V size: 0.10 GB",
+        "[2026-12-03 10:00:13 TP0] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, "
+        "mem usage=0.10 GB.", ""]), engine="sglang")
+    taken = {s.option: (s.value, s.line) for s in sglang_memory(log)}
+    assert taken == {"pre_load_gb": (78.4, 2), "available_gb": (59.6, 7)}
+
+
+def test_a_refusal_of_the_release_is_not_an_answer(sglang: Snapshot) -> None:
+    """The engine stops at start-up where its pool code refuses: no number, its error."""
+    from recon.engine.config import EngineFailed
+
+    with pytest.raises(EngineFailed, match="did not size its memory pools: ValueError"):
+        _pools(sglang, LLAMA, "--tp 1 --enable-unified-memory", (60.0,))
+
+
+def test_breakable_decode_graphs_are_captured(sglang: Snapshot) -> None:
+    facts = _pools(sglang, QWEN, "--tp 4 --cuda-graph-backend-decode breakable", (60.0,),
+                   graphs=True)
+    graphs = facts.pools["points"][0]["graphs"]  # type: ignore[index]
+    assert graphs["decode_backend"] == "breakable" and graphs["captured"] is True
+    assert graphs["capture_bs"][-1] == facts.pools["points"][0]["req_to_token_pool_size"]  # type: ignore[index]

@@ -659,10 +659,21 @@ def pools_without_draft(req: dict[str, Any], parser: argparse.ArgumentParser, de
                         logs: Any) -> dict[str, Any]:
     """The same command line without its speculative options, sized at the first figure."""
     argv, dropped = without_speculative(parser, list(req["argv"]))
-    plain, _, _ = build({**req, "argv": argv, "draft_dir": None}, dec)
-    memory = req["memory"]
-    first = {"available_gb": memory["available_gb"][:1], "pre_load_gb": memory["pre_load_gb"][:1]}
-    sized = vpools.pools(plain, first, logs)
+    if not dropped:
+        return {"argv": argv, "dropped": [], "error": "no option of the command line sets a "
+                "speculative_* field (speculative decoding comes from elsewhere)"}
+    try:
+        plain, _, _ = build({**req, "argv": argv, "draft_dir": None}, dec)
+        if getattr(plain, "speculative_algorithm", None):
+            raise Lacking(f"without {' '.join(dropped)} the release still resolves "
+                          f"speculative_algorithm={plain.speculative_algorithm}")
+        memory = req["memory"]
+        first = {"available_gb": memory["available_gb"][:1],
+                 "pre_load_gb": memory["pre_load_gb"][:1]}
+        sized = vpools.pools(plain, first, logs)
+    except (Exception, UsageError) as err:  # noqa: BLE001 - the derived line, not the user's
+        return {"argv": argv, "dropped": dropped,
+                "error": f"{type(err).__name__}: {err}"[:600]}
     return {"argv": argv, "dropped": dropped, "point": sized["points"][0]}
 
 

@@ -186,13 +186,34 @@ def model_decides(server_args: Any, model_config: Any, rc: Any) -> None:
     if hasattr(cls, "get_attention_sliding_window_size"):
         raise Lacking(f"{cls.__name__} decides its sliding window itself "
                       "(get_attention_sliding_window_size of the built model)")
-    quant = getattr(model_config.hf_config, "quantization_config", None) or {}
-    if not isinstance(quant, dict):
-        quant = getattr(quant, "__dict__", {})
-    kv_quant = {k: v for k, v in quant.items() if "kv_cache" in str(k) and v}
+    kv_quant = kv_cache_quantization(model_config.hf_config)
     if kv_quant and str(rc.get_model().kv_cache_dtype) == "auto":
         raise Lacking(f"the checkpoint quantizes the KV cache ({json.dumps(kv_quant, default=str)}):"
                       " the built model's quant_config decides the KV dtype; give --kv-cache-dtype")
+    if getattr(server_args, "lora_paths", None) or getattr(server_args, "enable_lora", False):
+        raise Lacking("LoRA: the engine allocates its adapter buffers between the weights and the "
+                      "pools, which engine mode does not build")
+
+
+def kv_cache_quantization(hf_config: Any) -> dict[str, Any]:
+    """Every ``kv_cache*`` entry of the config's quantization or compression settings, nested
+    ones included (ModelOpt's ``quantization.kv_cache_quant_algo``)."""
+    found: dict[str, Any] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            value = getattr(value, "__dict__", None)
+            if not isinstance(value, dict):
+                return
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if "kv_cache" in str(key) and item:
+                found[where] = item
+            walk(item, where)
+
+    for name in ("quantization_config", "compression_config"):
+        walk(getattr(hf_config, name, None), name)
+    return found
 
 
 def bare_runner(server_args: Any, model_config: Any, rc: Any) -> Any:
@@ -241,6 +262,9 @@ def bare_runner(server_args: Any, model_config: Any, rc: Any) -> Any:
     runner.init_torch_distributed()  # its own copy of the placement (pre-load memory: ours)
     runner.layer_info = layers.resolve_layer_indices(
         model=None, model_config=model_config, is_draft_worker=False, draft_model_idx=None)
+    legacy = getattr(load_utils, "maybe_downgrade_dtype_for_legacy_gpu", None)
+    if callable(legacy):  # load_model does it on CUDA: below sm80 the model runs float16
+        legacy(model_config=model_config)
     runner.dtype = model_config.dtype
     runner.sliding_window_size = load_utils.resolve_sliding_window_size(None, model_config)
     runner.configure_kv_cache_dtype()
@@ -253,14 +277,25 @@ def _size(pool: Any) -> int | None:
     return int(size) if isinstance(size, int) else None
 
 
+#: what torch says when a pool's constructor needs a real device (the meta device or the absent
+#: CUDA driver): only these fall back to the sizing alone; any other error is the release's
+DEVICE_ONLY = ("meta tensor", "NVIDIA driver", "Torch not compiled with CUDA")
+
+
 def sized(runner: Any, pre_load_gb: float) -> dict[str, Any]:
-    """The release's ``configure`` on the meta device, or its sizing alone where a pool needs a GPU."""
+    """The release's ``configure`` on the meta device, or its sizing alone where a pool needs a GPU.
+
+    Only a device error falls back (:data:`DEVICE_ONLY`); the release's own refusals
+    (a ``ValueError`` of an unsupported combination, say) are raised: the engine stops there.
+    """
     kvc = runner.kv_cache_configurator
     out: dict[str, Any] = {"post_capture_resize": bool(getattr(kvc, "post_capture_kv_active",
                                                                False))}
     try:
         result = kvc.configure(pre_model_load_memory=pre_load_gb)
-    except Exception as err:  # noqa: BLE001 - a pool constructor that needs the GPU: said
+    except RuntimeError as err:
+        if not any(mark in str(err) for mark in DEVICE_ONLY):
+            raise
         out["pools_built"] = False
         out["pools_not_built"] = f"{type(err).__name__}: {err}"[:400]
         return out
@@ -273,20 +308,44 @@ def sized(runner: Any, pre_load_gb: float) -> dict[str, Any]:
     return out
 
 
+def no_capture(runner: Any, rc: Any, graph_config: Any) -> str | None:
+    """Why the engine captures no decode graph here, by the conditions its capture step checks
+    (``capture_decode_graph``: speculative PD prefill, non-generation models, MindSpore, a
+    disabled decode backend); None where it captures."""
+    disagg = getattr(rc, "get_disagg", None)
+    if runner.spec_algorithm.is_speculative() and callable(disagg) and \
+            str(disagg().disaggregation_mode) == "prefill":
+        return "a speculative prefill server (PD disaggregation) never replays decode graphs"
+    if not runner.model_config.is_generation:
+        return "not a generation model: decode graphs exist only for generation"
+    if str(rc.get_model().model_impl).lower() == "mindspore":
+        return "the MindSpore model implementation captures none"
+    if graph_config.check_cuda_graph_backend(graph_config.Phase.DECODE,
+                                             graph_config.Backend.DISABLED):
+        return "the decode CUDA graph backend is disabled"
+    return None
+
+
 def capture_sizes(runner: Any, rc: Any) -> dict[str, Any]:
     """Decode CUDA graph batch sizes, as the runner's own start-up sizing asks for them."""
     runner_mod = _module("sglang.srt.model_executor.runner.base_cuda_graph_runner")
     graph_config = _module("sglang.srt.model_executor.cuda_graph_config")
-    decode = getattr(rc.get_exec().graph.cuda_graph_config, "decode", None)
-    backend = str(getattr(decode, "backend", ""))
-    full = graph_config.check_cuda_graph_backend(graph_config.Phase.DECODE,
-                                                 graph_config.Backend.FULL)
-    out: dict[str, Any] = {"decode_backend": backend, "captured": bool(full)}
+    graph = rc.get_exec().graph
+    decode = getattr(graph.cuda_graph_config, "decode", None)
+    none = no_capture(runner, rc, graph_config)
+    out: dict[str, Any] = {"decode_backend": str(getattr(decode, "backend", "")),
+                           "captured": none is None, "not_captured_because": none,
+                           "padding": not bool(getattr(graph, "disable_cuda_graph_padding",
+                                                       False))}
+    if getattr(rc.get_exec(), "moe", None) is not None and \
+            getattr(rc.get_exec().moe, "enable_paged_experts", False):
+        raise Lacking("--enable-paged-experts caps the decode graph sizes inside the built "
+                      "model's constructor, which engine mode does not build")
     width = int(runner.decode_num_tokens_per_req())
     gathers = [bool(g) for g in runner.decode_graph_gather_requirements()]
     out.update(tokens_per_request=width, gathered_buffer_required=any(gathers),
                configured_bs=[int(b) for b in getattr(decode, "bs", []) or []])
-    if not full:
+    if none is not None:
         out["capture_bs"] = []
         return out
     capture, compile_bs = runner_mod.get_batch_sizes_to_capture(
@@ -298,6 +357,9 @@ def capture_sizes(runner: Any, rc: Any) -> dict[str, Any]:
 
 #: the release's own line when recon publishes again for the next point (its overrides go)
 REPUBLISHED = "publish(role="
+#: a line printing free memory prints recon's declared figure back ("Memory pool end. avail
+#: mem=..."): not what the engine prints after its pools, so it is not shown as the release's
+MEASURED = "avail mem="
 
 
 def one_point(server_args: Any, figures: dict[str, float], want_graphs: bool,
@@ -345,7 +407,8 @@ def one_point(server_args: Any, figures: dict[str, float], want_graphs: bool,
         point["graphs"] = capture_sizes(runner, rc)
     point["log"] = [r["message"] for r in logs.records[first:]
                     if r["level"] in ("INFO", "WARNING", "ERROR")
-                    and not r["message"].startswith(REPUBLISHED)][-40:]
+                    and not r["message"].startswith(REPUBLISHED)
+                    and MEASURED not in r["message"]][-40:]
     return point
 
 

@@ -96,10 +96,8 @@ CHECKS: dict[str, Callable[[ServerLog], bool]] = {
     # align mode's running-state column, with the mamba block size the engine chose
     "vllm-mamba-align-column": lambda log: log.value("mamba_cache_mode") == "align",
 }
-# SGLang sizes its pools from the free memory it printed before and after loading the weights
-for _name in ("sglang-memory-pools", "sglang-cuda-graphs"):
-    INPUTS[_name] = {"available_gb": "avail_mem_after_weights_gb",
-                     "pre_load_gb": "avail_mem_before_weights_gb"}
+# SGLang's free-memory figures are settled from its lines by recon.logs.setting.sglang_memory
+# (first and last of each process, the smallest: not simply the last line printed)
 INPUTS["vllm-mamba-align-column"] = {"mamba_block_size": "attention_block_size",
                                      "max_model_len": "max_model_len"}
 

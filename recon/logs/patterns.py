@@ -75,6 +75,16 @@ def _per_position(m: re.Match[str]) -> dict[str, Any]:
     return out
 
 
+def _graph_end(m: re.Match[str]) -> dict[str, Any]:
+    """A capture-end line: a draft model's graphs are its own quantities, not the target's."""
+    out = convert_groups(m)
+    if str(out.get("cuda_graph_role", "")).startswith("draft"):
+        for key in ("cuda_graph_bs", "cuda_graph_secs", "cuda_graph_mem_gb"):
+            if key in out:
+                out[f"{key}_draft"] = out.pop(key)
+    return out
+
+
 def _args_dict(m: re.Match[str]) -> dict[str, Any]:
     value = parse_value(m["args"])
     return {"args": value if isinstance(value, dict) else {"__raw__": m["args"]}}
@@ -401,7 +411,7 @@ PATTERNS: list[LinePattern] = [
                 _r(r"Capture (?P<cuda_graph_role>(?:target|draft) (?:decode|verify)) \w+ graph end\. "
                    r"bs=(?P<cuda_graph_bs>\([\d, ]*\)), elapsed=(?P<cuda_graph_secs>\d+(?:\.\d+)?) s, mem "
                    r"usage=(?P<cuda_graph_mem_gb>\d+(?:\.\d+)?) GB"),
-                "source 0.5.23 (cuda_graph_setup.py)"),
+                "source 0.5.23 (cuda_graph_setup.py)", convert=_graph_end),
     LinePattern("sglang.decode.dot", "sglang", "spec",
                 _r(r"Decode batch\. (?P<fields>#running-req: .*)$"),
                 "public logs 0.4-0.5.x ('Decode batch.', accept len without rate)",

@@ -44,7 +44,13 @@ class FromLog:
 
 
 def settings_from_log(log: ServerLog) -> tuple[list[FromLog], list[str]]:
-    """The options the log settles (vLLM logs only), and notes on what it could not settle."""
+    """The options the log settles, and notes on what it could not settle.
+
+    vLLM: the GPU and the entry point. SGLang: the two free-memory figures its pool
+    sizing reads (:func:`sglang_memory`).
+    """
+    if log.engine == "sglang":
+        return sglang_memory(log), []
     if log.engine != "vllm":
         return [], []
     taken: list[FromLog] = []
@@ -106,3 +112,41 @@ def _usage(log: ServerLog) -> FromLog | None:
         return FromLog("usage", "llm", log.args_line,
                        "an argument line with no API-server version line (LLM(...))")
     return None
+
+
+#: quantities of the lines SGLang prints once its pools exist
+POOL_QUANTITIES = {"kv_pool_tokens", "max_mamba_cache_size"}
+
+
+def sglang_memory(log: ServerLog) -> list[FromLog]:
+    """SGLang's free-memory figures as its pool sizing reads them, from the last start-up.
+
+    Before the weights: each process's first ``Load weight begin`` (the target's;
+    a draft model loads later), the smallest over processes, as the engine takes
+    the minimum over its ranks. After: each process's last ``Load weight end``
+    before the first pool line (the draft's, where a draft loads before the
+    pools), the smallest over processes.
+    """
+    start = log.args_line or 0
+    events = [ev for ev in log.events if ev.line >= start]
+    pools = min((ev.line for ev in events if POOL_QUANTITIES & ev.values.keys()),
+                default=None)
+    begins: dict[str | None, Any] = {}
+    ends: dict[str | None, Any] = {}
+    for ev in events:
+        if "avail_mem_before_weights_gb" in ev.values:
+            begins.setdefault(ev.process, ev)
+        if "avail_mem_after_weights_gb" in ev.values and (pools is None or ev.line < pools):
+            ends[ev.process] = ev
+    out = []
+    for option, quantity, found, why in (
+            ("pre_load_gb", "avail_mem_before_weights_gb", begins,
+             "free memory before the weights: each process's first 'Load weight begin', the "
+             "smallest"),
+            ("available_gb", "avail_mem_after_weights_gb", ends,
+             "free memory after the weights: each process's last 'Load weight end' before the "
+             "pools, the smallest")):
+        if found:
+            ev = min(found.values(), key=lambda e: float(e.values[quantity]))
+            out.append(FromLog(option, float(ev.values[quantity]), ev.line, why))
+    return out

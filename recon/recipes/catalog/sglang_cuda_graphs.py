@@ -32,8 +32,11 @@ from .sglang_memory_pools import finish, point_findings
 NAME = "sglang-cuda-graphs"
 
 
-def placement(batch: int, captured: list[int], most: int | None) -> tuple[str, int | None]:
-    """How the runner serves a running batch of ``batch`` requests, given the captured sizes."""
+def placement(batch: int, captured: list[int], most: int | None,
+              padding: bool = True) -> tuple[str, int | None]:
+    """How the runner serves a running batch of ``batch`` requests, given the captured sizes
+    (``padding``: the release pads a batch up to the next captured size, unless
+    ``--disable-cuda-graph-padding``)."""
     if most is not None and batch > most:
         return f"never runs (above max_running_requests {most})", None
     if not captured:
@@ -43,6 +46,8 @@ def placement(batch: int, captured: list[int], most: int | None) -> tuple[str, i
         return "eager (larger than the largest captured size)", None
     if captured[at] == batch:
         return "captured", batch
+    if not padding:
+        return "eager (not a captured size, and padding is disabled)", None
     return f"padded to {captured[at]}", captured[at]
 
 
@@ -73,8 +78,8 @@ def run(ctx: RecipeContext) -> RecipeResult:
                             ["available_gb", "max_running_requests", "req_to_token_pool_size",
                              "captured sizes", "largest"], rows))
     if batches:
-        places = [[b, *placement(b, captured, points[0].get("max_running_requests"))]
-                  for b in batches]
+        places = [[b, *placement(b, captured, points[0].get("max_running_requests"),
+                                  bool(graphs.get("padding", True)))] for b in batches]
         res.values["batches"] = {str(b): {"served": how_, "graph_bs": bs}
                                  for b, how_, bs in places}
         res.tables.append(Table("running batches", ["batch", "served", "graph bs"], places))
@@ -91,9 +96,9 @@ def run(ctx: RecipeContext) -> RecipeResult:
                                             "(target-verify graphs); the draft model's own graphs "
                                             "are not listed here"))
     if not graphs["captured"]:
-        res.findings.append(Finding("warn", f"decode CUDA graphs are off (backend "
-                                            f"{graphs['decode_backend']!r}): every batch runs "
-                                            "eagerly"))
+        res.findings.append(Finding("warn", "no decode CUDA graph is captured ("
+                                            f"{graphs.get('not_captured_because')}): every "
+                                            "batch runs eagerly"))
     res.findings += point_findings(points[0])
     return finish(res, facts, points[:1], run_.said)
 

@@ -77,6 +77,10 @@ def draft_share(first: dict[str, Any], plain: dict[str, Any] | None
     """The same command line without its speculative options, at the same free memory."""
     if not plain:
         return None
+    if "point" not in plain:
+        return ({"draft_options_left_out": plain["dropped"]},
+                Finding("info", "the same command line without its speculative options was not "
+                                f"sized: {plain.get('error')}"))
     other = point_values(plain["point"])
     with_draft, without = first.get("max_total_num_tokens"), other.get("max_total_num_tokens")
     values = {"without_draft": {k: other.get(k) for k in ("max_total_num_tokens",
@@ -152,6 +156,10 @@ def run(ctx: RecipeContext) -> RecipeResult:
     for point in points:
         res.findings += [f for f in point_findings(point) if f not in res.findings]
     res.findings += logged(points[0])
+    if facts.server_args.get("speculative_algorithm"):
+        res.findings.append(Finding("info", "with a draft model, available_gb is the free memory "
+                                            "printed right before the pools: the draft's own "
+                                            "'Load weight end' (its weights load first)"))
     draft = draft_share(first, (facts.pools or {}).get("without_draft"))
     if draft:
         res.values.update(draft[0])
