@@ -108,18 +108,43 @@ def _from_page_align(ctx: RecipeContext) -> dict[str, Any]:
     values = dict(ctx.flags.values)
     values["enable_prefix_caching"] = True  # align mode is what this recipe is about
     flags = ServeFlags(values=values, ignored=[], raw=list(ctx.flags.raw))
-    res = run_recipe("vllm-hybrid-page-align", ctx.snapshot, config=ctx.config, flags=flags,
-                     # recon's reading of the flags: this recipe forces prefix caching on
-                     options={**{k: v for k, v in ctx.options.items()
-                                 if k not in ("prefix_tokens", "compare", "cache_block_size",
-                                              "mamba_block_size", "max_model_len")},
-                              "mode": "slice"})
+    options = {k: v for k, v in ctx.options.items()
+               if k not in ("prefix_tokens", "compare", "cache_block_size", "mamba_block_size",
+                            "max_model_len")}
+    try:
+        # recon's reading of the flags: this recipe forces prefix caching on
+        res = run_recipe("vllm-hybrid-page-align", ctx.snapshot, config=ctx.config, flags=flags,
+                         options={**options, "mode": "slice"})
+    except ReconError as err:
+        # a release whose alignment reads what slicing mode does not model (0.34.0's
+        # use_flashinfer_replayssm): the release decides in engine mode, prefix caching asked
+        # for on its own command line
+        return _from_engine_page_align(ctx, options, err)
     if not res.applicable:
         raise NotApplicable(f"vllm-hybrid-page-align says: {res.reason}")
     if res.values.get("hybrid attention/mamba model") is False:
         raise NotApplicable("the model is not a hybrid attention/mamba model: it has no mamba "
                             "state columns")
     return res.values
+
+
+def _from_engine_page_align(ctx: RecipeContext, options: dict[str, Any],
+                            why: ReconError) -> dict[str, Any]:
+    """The block sizes from vllm-hybrid-page-align in engine mode, under slicing mode's names."""
+    from .. import run_recipe
+
+    raw = [str(w) for w in ctx.flags.raw]
+    if not raw:
+        raise why
+    res = run_recipe("vllm-hybrid-page-align", ctx.snapshot, config=ctx.config,
+                     flags=[*raw, "--enable-prefix-caching"], options=options)
+    if not res.applicable:
+        raise NotApplicable(f"vllm-hybrid-page-align says: {res.reason}")
+    attn = res.values.get("attention_block_size")
+    if attn is None:
+        raise why
+    return {"attention block size (tokens)": attn,
+            "mamba block size": res.values.get("mamba_block_size") or attn}
 
 
 def _setup(ctx: RecipeContext) -> Setup:
