@@ -1,6 +1,7 @@
 """Engine mode latency and memory: first use of a release, a cold child, a warm server.
 
     python bench/bench_engine_mode.py [--release 0.33.0] [--cold]
+    python bench/bench_engine_mode.py --engine sglang [--release 0.5.23]
 
 Every request is new (``RECON_ENGINE_CACHE=0``: no stored answer is used). In one run:
 a cold child per request (``RECON_ENGINE_SERVER=0``, what recon did before the warm
@@ -8,7 +9,9 @@ server), the request that starts a warm server, then new requests to the warm
 server; the same through the CLI (``recon recipe run vllm-hybrid-page-align``,
 process start included), cold and warm. ``--cold`` first moves the release's cached
 environment aside (the shared wheelhouse stays, so "first use" means: environment
-built from cached wheels). Prints one JSON object per row and the ratios.
+built from cached wheels). ``--engine sglang`` times SGLang's pool sizing
+(``server_args`` with two free-memory figures; the CLI runs ``sglang-memory-pools``)
+the same way. Prints one JSON object per row and the ratios.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from recon.engine import server  # noqa: E402
 from recon.engine.config import engine_config, environment  # noqa: E402
+from recon.engine.sglang import MemoryFigures, server_args  # noqa: E402
 from recon.examples import EXAMPLES_DIR  # noqa: E402
 from recon.paths import cache_dir  # noqa: E402
 from recon.snapcache import ensure_snapshot  # noqa: E402
@@ -36,13 +40,25 @@ CONFIG = EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json"
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size {tp} --max-num-seqs {seqs}"
 #: one new command line per request (nothing answered twice)
 _ASKS = iter((tp, seqs) for seqs in (64, 96, 128, 160, 192, 224, 256) for tp in (1, 2, 4, 8))
+SGLANG_FLAGS = ("python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct "
+                "--tp {tp} --max-running-requests {seqs}")
+ENGINE = "vllm"
 
 
 def one(snap: object, label: str) -> dict[str, object]:
     tp, seqs = next(_ASKS)
+    config = json.loads(CONFIG.read_text())
     start = time.monotonic()
+    if ENGINE == "sglang":
+        sized = server_args(snap, SGLANG_FLAGS.format(tp=tp, seqs=seqs),  # type: ignore[arg-type]
+                            config, gpu="h100", memory=MemoryFigures((60.0, 61.0), (78.0, 78.0)))
+        point = (sized.pools or {}).get("points", [{}])[0]
+        return {"run": label, "wall_s": round(time.monotonic() - start, 2), **sized.seconds,
+                "peak_rss_mb": sized.peak_rss_mb,
+                "max_total_num_tokens": point.get("max_total_num_tokens"),
+                "functions_ran": len(sized.ran)}
     facts = engine_config(snap, FLAGS.format(tp=tp, seqs=seqs),  # type: ignore[arg-type]
-                          json.loads(CONFIG.read_text()), gpu="h100", kv_memory_gib=40.0)
+                          config, gpu="h100", kv_memory_gib=40.0)
     return {"run": label, "wall_s": round(time.monotonic() - start, 2), **facts.seconds,
             "peak_rss_mb": facts.peak_rss_mb, "attention_block_size": facts.facts.get(
                 "attention_block_size"), "functions_ran": len(facts.ran)}
@@ -51,9 +67,14 @@ def one(snap: object, label: str) -> dict[str, object]:
 def cli(snap: object, label: str) -> dict[str, object]:
     """The recipe as a user runs it: a new ``recon`` process, its own import included."""
     tp, seqs = next(_ASKS)
-    argv = [sys.executable, "-m", "recon", "recipe", "run", "vllm-hybrid-page-align",
+    if ENGINE == "sglang":
+        recipe, flags = "sglang-memory-pools", SGLANG_FLAGS.format(tp=tp, seqs=seqs)
+        extra = ["--set", "available_gb=60", "--set", "pre_load_gb=78"]
+    else:
+        recipe, flags, extra = "vllm-hybrid-page-align", FLAGS.format(tp=tp, seqs=seqs), []
+    argv = [sys.executable, "-m", "recon", "recipe", "run", recipe,
             "--snapshot", str(snap.root), "--config", str(CONFIG),  # type: ignore[attr-defined]
-            "--flags", FLAGS.format(tp=tp, seqs=seqs), "--json"]
+            "--flags", flags, "--json", *extra]
     start = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = round(time.monotonic() - start, 2)
@@ -79,10 +100,14 @@ def _server_rss_mb() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--release", default="0.33.0")
+    parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--release", default=None)
     parser.add_argument("--cold", action="store_true")
     args = parser.parse_args()
-    snap = ensure_snapshot(f"pip:vllm=={args.release}")
+    global ENGINE
+    ENGINE = args.engine
+    release = args.release or ("0.5.23" if ENGINE == "sglang" else "0.33.0")
+    snap = ensure_snapshot(f"pip:{ENGINE}=={release}")
     rows = []
     if args.cold:
         env = environment(snap).root

@@ -22,6 +22,8 @@ import pytest
 
 from recon.engine import server
 from recon.engine.config import EngineFacts, EngineFailed, engine_config
+from recon.engine.sglang import MemoryFigures, ServerArgsFacts
+from recon.engine.sglang import server_args as sglang_server_args
 from recon.examples import EXAMPLES_DIR
 from recon.snapshot import Snapshot
 
@@ -177,3 +179,49 @@ def test_a_silent_child_times_out() -> None:
 def test_the_servers_folder_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECON_CACHE", str(tmp_path))
     assert (server._servers_dir().stat().st_mode & 0o777) == 0o700
+
+
+def _sglang_decided(facts: ServerArgsFacts) -> dict[str, Any]:
+    """What SGLang resolved and sized, without timings, the sandbox record, the seed it draws
+    at random, and what the warm server's imports add to the lists of what ran and was
+    replaced (the release reached them while importing, before this request)."""
+    out = {"server_args": {k: v for k, v in facts.server_args.items() if k != "random_seed"},
+           "changed": {k: v for k, v in facts.changed.items() if k != "random_seed"},
+           "launch_check": facts.launch_check, "assumptions": facts.assumptions}
+    points = (facts.pools or {}).get("points", [])
+    out["points"] = [{k: v for k, v in p.items() if k != "log"} for p in points]
+    out["pool_lines"] = [[line for line in p.get("log", []) if "is allocated" in line]
+                         for p in points]
+    return out
+
+
+@pytest.mark.wheels
+def test_sglang_warm_answers_equal_a_cold_child(sglang_latest: Snapshot, no_stored_answers: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's server: a paged pool, then a draft model's config (each request writes it into
+    its own scratch folder); each answer equals a cold child's."""
+    target = json.loads((EXAMPLES_DIR / "qwen3-8b.json").read_text())
+    draft = json.loads((EXAMPLES_DIR / "qwen3-8b-dflash-b16.json").read_text())
+    launch = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B "
+    memory = MemoryFigures((60.0, 61.5), (78.0, 78.0), graphs=True)
+    asks = [(launch + "--page-size 64", None),
+            (launch + "--speculative-algorithm DFLASH --speculative-draft-model-path "
+             "z-lab/Qwen3-8B-DFlash-b16", draft)]
+
+    def run() -> list[ServerArgsFacts]:
+        return [sglang_server_args(sglang_latest, flags, target, gpu="h100", memory=memory,
+                                   draft_config=d) for flags, d in asks]
+
+    monkeypatch.setenv("RECON_ENGINE_SERVER", "0")
+    cold = run()
+    monkeypatch.delenv("RECON_ENGINE_SERVER")
+    warm = run()
+    assert [f.seconds["server"] for f in cold] == ["off"] * 2
+    assert [f.seconds["server"] for f in warm] == ["started", "warm"]
+    for c, w in zip(cold, warm, strict=True):
+        assert _sglang_decided(w) == _sglang_decided(c)
+    tokens = [f.pools["points"][0]["max_total_num_tokens"] for f in warm]  # type: ignore[index]
+    assert len(set(tokens)) == 2  # each line sized apart (not one answer replayed)
+    assert warm[1].server_args["speculative_draft_model_path"] == "z-lab/Qwen3-8B-DFlash-b16"
+    assert warm[1].seconds["import"] < 0.5 and warm[1].replaced["confinement"]["warm_server"]
+    assert warm[1].seconds["total"] < cold[1].seconds["total"] / 3

@@ -1433,15 +1433,16 @@ SCRATCH_VARS = {"HOME": "", "TMPDIR": "", "HF_HOME": "hf", "VLLM_CONFIG_ROOT": "
                 "VLLM_CACHE_ROOT": "vllm-cache"}
 
 
-def own_scratch(folder: str) -> None:
+def own_scratch(folder: str, names: dict[str, str] | None = None) -> None:
     """A forked request's own scratch folders, as a cold child's are its own.
 
     The release caches what it learned in them (the model registry's
     ``modelinfos``); shared, a later request would take another path than a cold one.
+    ``names``: the variables and sub-folders (default :data:`SCRATCH_VARS`).
     """
     import tempfile
 
-    for name, sub in SCRATCH_VARS.items():
+    for name, sub in (SCRATCH_VARS if names is None else names).items():
         os.environ[name] = os.path.join(folder, sub) if sub else folder
     tempfile.tempdir = None
 
@@ -1484,10 +1485,12 @@ def _frame(out: Any, data: bytes) -> None:
     out.flush()
 
 
-def _forked_answer(req: dict[str, Any], warm: Prepared) -> bytes:
+def _forked_answer(req: dict[str, Any], warm: Any,
+                   answer_fn: Callable[[dict[str, Any], Any], dict[str, Any]],
+                   fork: Callable[[Any], int]) -> bytes:
     """One request in a forked copy of the warm server: nothing it changes outlives it."""
     rfd, wfd = os.pipe()
-    pid = os.fork()
+    pid = fork(warm)
     if pid == 0:
         code = 0
         try:
@@ -1496,7 +1499,7 @@ def _forked_answer(req: dict[str, Any], warm: Prepared) -> bytes:
             # output file would otherwise grow with every request
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
             try:
-                result = answer(req, warm)
+                result = answer_fn(req, warm)
             except BaseException as err:  # noqa: BLE001 - the parent must always get an answer
                 result = _setup_failure(err)
             with os.fdopen(wfd, "wb") as fh:
@@ -1520,16 +1523,26 @@ def _setup_failure(err: BaseException) -> dict[str, Any]:
                                      "traceback": traceback.format_exc()[-4000:]}]}
 
 
-def serve() -> None:
+def _fork(warm: Any) -> int:
+    return os.fork()
+
+
+def serve(warm_up_fn: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]] | None = None,
+          answer_fn: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+          fork: Callable[[Any], int] = _fork) -> None:
     """Warm mode: the first stdin line sets up and imports; each next line is one request.
 
     Every answer (and the set-up's own report first) goes to ``result_fd`` as
-    a frame: its length in ASCII digits, a newline, the JSON.
+    a frame: its length in ASCII digits, a newline, the JSON. The SGLang child
+    serves through the same loop with its own ``warm_up_fn``, ``answer_fn`` and
+    ``fork`` (its process guard lets only the loop's own fork through).
     """
+    warm_up_fn = warm_up_fn or warm_up
+    answer_fn = answer_fn or answer
     setup = json.loads(sys.stdin.readline())
     with os.fdopen(int(setup["result_fd"]), "wb") as out:
         try:
-            warm, ready = warm_up(setup)
+            warm, ready = warm_up_fn(setup)
         except BaseException as err:  # noqa: BLE001 - a cold child will give the error
             _frame(out, json.dumps({"ready": False, "error": f"{type(err).__name__}: {err}"},
                                    default=str).encode())
@@ -1539,7 +1552,7 @@ def serve() -> None:
             req = json.loads(line)
             if not isinstance(req, dict) or req.get("quit"):
                 return
-            _frame(out, _forked_answer(req, warm))
+            _frame(out, _forked_answer(req, warm, answer_fn, fork))
 
 
 MISSING_OPS = MissingOps()

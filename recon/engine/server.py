@@ -17,7 +17,8 @@ Three processes, two trust levels:
   relays one request at a time, kills the whole sandbox when a request runs
   past its timeout, and exits after ``RECON_ENGINE_SERVER_IDLE`` seconds
   (default 600) without a request;
-* the **child** in the OS sandbox, as for a cold request.
+* the **child** in the OS sandbox, as for a cold request (:mod:`recon.engine.child`, or
+  :mod:`recon.engine.sglang_child` for SGLang: ``ServerSpec.engine``).
 
 A server is keyed by what its imports depend on: the snapshot's bytes, the
 release environment, the child's code, the process environment of the
@@ -66,12 +67,17 @@ _PREFIX = "recon-engine"
 VIRTUAL_PROGRAMS = ("nvcc",)
 
 
-def child_env(work: Path, extra: dict[str, str] | None) -> dict[str, str]:
+def child_env(work: Path, extra: dict[str, str] | None, engine: str = "vllm") -> dict[str, str]:
     """The sandbox's environment plus what keeps the release off the network and the home.
 
-    ``PATH`` is one folder of the child's own with :data:`VIRTUAL_PROGRAMS` in it, so what
-    the release finds there is the same on every machine, not this host's tools.
+    For vLLM, ``PATH`` is one folder of the child's own with :data:`VIRTUAL_PROGRAMS`
+    in it, so what the release finds there is the same on every machine, not
+    this host's tools. SGLang's child gets its caches and logging kept in the scratch folder.
     """
+    if engine == "sglang":
+        return base_env(work, {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1",
+                               "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
+                               "SGLANG_LOGGING_CONFIG_PATH": "", **(extra or {})})
     programs = work / "programs"
     programs.mkdir(exist_ok=True)
     for name in VIRTUAL_PROGRAMS:
@@ -115,6 +121,7 @@ class ServerSpec:
     scratch_mb: int
     processes: int
     sandbox: bool
+    engine: str = "vllm"
 
 
 def server_key(parts: dict[str, Any]) -> str:
@@ -329,7 +336,7 @@ class Supervisor:
         limits = Limits(timeout=LIFETIME_S, memory_mb=self.spec.memory_mb, file_mb=64,
                         sandbox=self.spec.sandbox, scratch_mb=self.spec.scratch_mb,
                         processes=self.spec.processes)
-        env = child_env(self.work, self.spec.env_extra)
+        env = child_env(self.work, self.spec.env_extra, self.spec.engine)
         self.running = spawn(self.spec.argv, root=self.root, work=self.work, limits=limits,
                              env=env, read_only=self.spec.read_only)
         self.frames = _Frames(self.running.result_fd)

@@ -27,8 +27,9 @@ from typing import Any, cast
 
 from .. import progress
 from ..errors import ReconError
-from ..slicing.sandbox import Limits, base_env, interpreter_dirs, launch
+from ..slicing.sandbox import Limits, interpreter_dirs, launch
 from ..snapshot import Snapshot
+from . import server
 from .config import (
     DEFAULT_GPU_COUNT,
     EngineFailed,
@@ -240,49 +241,89 @@ def server_args(snapshot: Snapshot, flags: str | list[str], config_json: dict[st
                          "total": round(time.monotonic() - start, 2)})
 
 
-def _child_env(work: Path, extra: dict[str, str]) -> dict[str, str]:
-    """The sandbox's environment, offline and out of the home, plus the user's variables."""
-    quiet = {"HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             "DO_NOT_TRACK": "1", "SGLANG_LOGGING_CONFIG_PATH": ""}
-    return base_env(work, {**quiet, **extra})
-
-
 def _run(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any], timeout: float,
          sandbox: bool) -> dict[str, Any]:
-    """One sandboxed child on a scratch folder; its JSON answer (an object)."""
-    root = Path(tempfile.mkdtemp(prefix="recon-sglang-"))
-    os.chmod(root, 0o755)  # the sandbox may start as nobody
+    """The child's JSON answer (an object): from a warm server where one can give it, else
+    from a cold child on a scratch folder. ``seconds.server`` says which way it came."""
+    extra = request.pop("env")
+    request.update(src=str(snapshot.src), compiled=compiled_modules(snapshot),
+                   gpu_modules=gpu_only_modules(
+                       cast(dict[str, str], renv.record.get("not_installed", {}))),
+                   package=snapshot.package, version=snapshot.version,
+                   metadata=snapshot_metadata(snapshot))
+    limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
+                    scratch_mb=512, processes=512)
+    read_only = [str(snapshot.src), str(renv.root), str(CHILD.parent),
+                 str(HELPERS[1].parent), *interpreter_dirs()]
+    argv = [str(renv.python), "-I", "-B", str(CHILD)]
+    served = _ask_server(snapshot, renv, request, extra, argv, read_only, limits) \
+        if server.enabled() else None
+    stderr = ""
+    if served is not None:
+        data, how, confinement = served.data, served.how, served.confinement
+    else:
+        root = Path(tempfile.mkdtemp(prefix="recon-sglang-"))
+        os.chmod(root, 0o755)  # the sandbox may start as nobody
+        try:
+            work = root / "work"
+            work.mkdir(mode=0o700)
+            request["model_dir"] = str(work / "model")
+            outcome = launch(argv, request, root=root, work=work, limits=limits,
+                             env=server.child_env(work, extra, "sglang"), slice_files=set(),
+                             read_only=read_only)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        if outcome.timed_out:
+            raise EngineFailed(f"SGLang engine mode ran past {timeout:.0f} s; stderr tail: "
+                               f"{outcome.stderr[-400:]}")
+        data, confinement, stderr = outcome.result, outcome.confinement, outcome.stderr
+        how = "cold" if server.enabled() else "off"
     try:
-        work = root / "work"
-        work.mkdir(mode=0o700)
-        extra = request.pop("env")
-        request.update(src=str(snapshot.src), compiled=compiled_modules(snapshot),
-                       gpu_modules=gpu_only_modules(
-                           cast(dict[str, str], renv.record.get("not_installed", {}))),
-                       model_dir=str(work / "model"), draft_dir=str(work / "draft"),
-                       package=snapshot.package,
-                       version=snapshot.version, metadata=snapshot_metadata(snapshot))
-        limits = Limits(timeout=timeout, memory_mb=16384, file_mb=64, sandbox=sandbox,
-                        scratch_mb=512, processes=512)
-        read_only = [str(snapshot.src), str(renv.root), str(CHILD.parent),
-                     str(HELPERS[1].parent), *interpreter_dirs()]
-        outcome = launch([str(renv.python), "-I", "-B", str(CHILD)], request, root=root,
-                         work=work, limits=limits, env=_child_env(work, extra),
-                         slice_files=set(), read_only=read_only)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    if outcome.timed_out:
-        raise EngineFailed(f"SGLang engine mode ran past {timeout:.0f} s; stderr tail: "
-                           f"{outcome.stderr[-400:]}")
-    try:
-        result = json.loads(outcome.result.decode("utf-8"))
+        result = json.loads(data.decode("utf-8"))
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        raise EngineFailed(f"SGLang engine-mode child gave no answer (exit {outcome.returncode});"
-                           f" stderr tail: {outcome.stderr[-600:].strip()}")
-    result["confinement"] = outcome.confinement
+        raise EngineFailed(f"SGLang engine-mode child gave no answer ({how}); "
+                           f"stderr tail: {stderr[-600:].strip()}")
+    result["confinement"] = confinement
+    if isinstance(result.get("seconds"), dict):
+        result["seconds"]["server"] = how
     return result
+
+
+#: what a warm SGLang server is set up with (the rest of a request is the request)
+SETUP_KEYS = ("src", "compiled", "gpu_modules", "gpu", "cuda_version", "package", "version",
+              "metadata")
+
+
+def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
+                extra: dict[str, str], argv: list[str], read_only: list[str],
+                limits: Limits) -> server.Served | None:
+    """A warm server's answer (:mod:`recon.engine.server`), or None: run a cold child.
+
+    A server is keyed by what its set-up and imports depend on: the snapshot's
+    bytes, the environment, the child's code, the variables typed before the
+    command, the declared GPU and CUDA version.
+    """
+    from ..snapcache import tree_key
+
+    tree = tree_key(snapshot.src)
+    if tree is None or "unsettled" in tree:
+        return None
+    setup = {k: request[k] for k in SETUP_KEYS}
+    key = server.server_key({"engine": "sglang", "tree": tree, "env": renv.root.name,
+                             "child": _digest(), "environ": extra, "gpu": setup["gpu"],
+                             "cuda_version": setup["cuda_version"], "sandbox": limits.sandbox,
+                             "python": str(renv.python)})
+    spec = server.ServerSpec(key=key, argv=[*argv, "--serve"], env_extra=dict(extra),
+                             read_only=read_only, setup=setup, memory_mb=limits.memory_mb,
+                             scratch_mb=2048, processes=limits.processes,
+                             sandbox=limits.sandbox, engine="sglang")
+    try:
+        return server.ask(spec, request, limits.timeout)
+    except server.ServerTimedOut as err:
+        raise EngineFailed(f"SGLang engine mode ran past {limits.timeout:.0f} s (warm server); "
+                           f"stderr tail: {err}") from None
 
 
 def _with_digests(snapshot: Snapshot, ran: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,6 +27,9 @@ What it replaces, and nothing else (every replacement is reported):
   queries and ``torch.version.cuda`` answer for the declared GPU, and the
   release's own probes that would start ``nvidia-smi`` answer the same numbers;
 * processes and connections: refused (listed), never started.
+
+Run with ``--serve`` it is a warm server's child (:mod:`recon.engine.server`):
+it prepares and imports once, then forks each request through ``child.serve``.
 """
 
 from __future__ import annotations
@@ -104,15 +107,17 @@ class NoProcesses:
 
     A process start fails as a missing program does (``FileNotFoundError``), so
     the release takes the branch it takes on a machine without ``nvidia-smi``;
-    which ones were refused is part of the answer.
+    which ones were refused is part of the answer. A warm server's own loop
+    forks each request through :meth:`fork`, the one fork let through.
     """
 
     def __init__(self) -> None:
         self.refused: list[str] = []
+        self.serving = False
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
         kind = REFUSED.get(event)
-        if kind is None:
+        if kind is None or (self.serving and event == "os.fork"):
             return
         what = event if not args else f"{event} {str(args[0])[:160]}"
         self.refused.append(what)
@@ -122,6 +127,15 @@ class NoProcesses:
 
     def install(self) -> None:
         sys.addaudithook(self.hook)
+
+    def fork(self) -> int:
+        """The warm server's fork of one request (the request's own forks stay refused)."""
+        self.serving = True
+        try:
+            pid = os.fork()
+        finally:
+            self.serving = False
+        return pid
 
 
 def virtual_cuda(gpu: dict[str, Any], cuda_version: str) -> list[str]:
@@ -582,31 +596,88 @@ def given_values(server_args: Any, assigned: Assignments | None,
     return {k: jsonable(v) for k, v in namespace.items()}
 
 
-def prepare(req: dict[str, Any]) -> dict[str, Any]:
-    """Import hooks, scratch model folder, logs, the virtual device and the process refusal."""
+@dataclasses.dataclass
+class Prepared:
+    """What a child sets up before it reads the command line (a warm server keeps it).
+
+    The import hooks, the log capture, the virtual device, the process guard,
+    the release's ``nvidia-smi`` probes answered, and the recorder of decisions
+    and functions (on while a warm server imports, as a cold child's imports run
+    under it too).
+    """
+
+    finder: Any
+    gpu_packages: Any
+    logs: SglangLogs
+    device: list[str]
+    guard: NoProcesses
+    probes: list[str]
+    decisions: Decisions
+
+
+def prepare(setup: dict[str, Any]) -> Prepared:
+    """Import hooks, logs, the virtual device and the process refusal (no command line yet)."""
     vchild.MISSING_OPS.install()
-    finder = vchild.EmptyExtensions(list(req.get("compiled", [])))
+    finder = vchild.EmptyExtensions(list(setup.get("compiled", [])))
     sys.meta_path.insert(0, finder)
-    gpu_packages = vchild.GpuPackages(list(req.get("gpu_modules", [])))
+    gpu_packages = vchild.GpuPackages(list(setup.get("gpu_modules", [])))
     sys.meta_path.append(gpu_packages)
-    sys.path.insert(0, req["src"])
+    sys.path.insert(0, setup["src"])
+    vchild.install_metadata(setup)
+    logs = SglangLogs()
+    logs.install()
+    device = virtual_cuda(dict(setup["gpu"]), str(setup.get("cuda_version") or "12.8"))
+    guard = NoProcesses()
+    guard.install()
+    probes = replace_smi_probes(dict(setup["gpu"]))
+    return Prepared(finder, gpu_packages, logs, device, guard, probes, Decisions(setup["src"]))
+
+
+def write_models(req: dict[str, Any]) -> None:
+    """The user's ``config.json`` (and the draft's) in the request's scratch model folders.
+
+    The draft's folder lies beside the model's (``draft``), for a cold child
+    and for each request of a warm server alike.
+    """
     os.makedirs(req["model_dir"], exist_ok=True)
     with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
         json.dump(req["config"], fh)
     if req.get("draft_config") is not None:
+        req["draft_dir"] = os.path.join(os.path.dirname(req["model_dir"]), "draft")
         os.makedirs(req["draft_dir"], exist_ok=True)
         with open(os.path.join(req["draft_dir"], "config.json"), "w", encoding="utf-8") as fh:
             json.dump(req["draft_config"], fh)
     else:
         req["draft_dir"] = None
-    vchild.install_metadata(req)
-    logs = SglangLogs()
-    logs.install()
-    device = virtual_cuda(dict(req["gpu"]), str(req.get("cuda_version") or "12.8"))
-    guard = NoProcesses()
-    guard.install()
-    return {"finder": finder, "gpu_packages": gpu_packages, "logs": logs, "device": device,
-            "guard": guard}
+
+
+#: what a request imports while it decides (the parser and ``ServerArgs``; the pools' model
+#: config and runner): a warm server imports them once, under the same recorder
+WARM_IMPORTS = ("sglang.srt.server_args", "sglang.srt.arg_groups.overrides",
+                "sglang.srt.configs.model_config", "sglang.srt.runtime_context",
+                "sglang.srt.distributed.bootstrap", "sglang.srt.models.registry",
+                "sglang.srt.model_executor.model_runner",
+                "sglang.srt.model_executor.model_runner_components.layer_setup",
+                "sglang.srt.model_executor.model_runner_components.load_model_utils",
+                "sglang.srt.speculative.spec_info", "sglang.srt.mem_cache.kv_cache_configurator",
+                "sglang.srt.model_executor.runner.base_cuda_graph_runner",
+                "sglang.srt.model_executor.cuda_graph_config")
+#: the scratch variables of a forked request (see ``child.own_scratch``)
+SCRATCH_VARS = {"HOME": "", "TMPDIR": "", "HF_HOME": "hf"}
+
+
+def warm_up(setup: dict[str, Any]) -> tuple[Prepared, dict[str, Any]]:
+    """Prepare and import what requests need, as a cold child would, under the recorder."""
+    start = time.monotonic()
+    warm = prepare(setup)
+    imported = []
+    with warm.decisions.active():
+        for name in WARM_IMPORTS:
+            with contextlib.suppress(Exception):  # absent in this release: a request says why
+                importlib.import_module(name)
+                imported.append(name)
+    return warm, {"ready": True, "imported": imported,
+                  "seconds": round(time.monotonic() - start, 2)}
 
 
 def _restore_model(value: Any, scratch: str, model: Any) -> Any:
@@ -677,25 +748,31 @@ def pools_without_draft(req: dict[str, Any], parser: argparse.ArgumentParser, de
     return {"argv": argv, "dropped": dropped, "point": sized["points"][0]}
 
 
-def answer(req: dict[str, Any]) -> dict[str, Any]:
-    """The whole SGLang engine-mode run for one request (see the module docstring)."""
+def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
+    """The whole SGLang engine-mode run for one request (see the module docstring).
+
+    ``warm``: what a warm server prepared and imported before forking this
+    request's process; without it the request prepares and imports itself.
+    """
     start = time.monotonic()
     out: dict[str, Any] = {"ok": False, "errors": [], "phases": {}}
-    hooks = prepare(req)
-    probes = replace_smi_probes(dict(req["gpu"]))
+    if warm is None:
+        warm = prepare(req)
+    else:
+        vchild.own_scratch(os.path.dirname(req["model_dir"]), SCRATCH_VARS)
+    write_models(req)
     imported = time.monotonic()
-    dec = Decisions(req["src"])
+    dec, logs = warm.decisions, warm.logs
     stage = "server_args"
     try:
         with dec.active():
             server_args, parser = decide(req, out, dec)
             if req.get("memory"):
                 stage = "pools"
-                out["pools"] = vpools.pools(server_args, req["memory"], hooks["logs"])
+                out["pools"] = vpools.pools(server_args, req["memory"], logs)
                 if req["memory"].get("without_draft") and parser is not None and \
                         getattr(server_args, "speculative_algorithm", None):
-                    out["pools_without_draft"] = pools_without_draft(req, parser, dec,
-                                                                     hooks["logs"])
+                    out["pools_without_draft"] = pools_without_draft(req, parser, dec, logs)
         out["ok"] = True
     except UsageError as err:
         out["usage_error"] = {"exit_code": err.code, "message": str(err)}
@@ -704,14 +781,13 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - the release's own error, reported whole
         out["errors"].append({"stage": stage, "error": f"{type(err).__name__}: {err}",
                               "traceback": traceback.format_exc()[-4000:]})
-    logs = hooks["logs"]
     out["log"] = [r for r in logs.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {
-        "compiled_modules": sorted(set(hooks["finder"].hits)),
-        **hooks["gpu_packages"].report(),
+        "compiled_modules": sorted(set(warm.finder.hits)),
+        **warm.gpu_packages.report(),
         "custom_ops_called": sorted(set(vchild.MISSING_OPS.called)),
-        "device": hooks["device"] + probes,
-        "refused": sorted(set(hooks["guard"].refused)),
+        "device": warm.device + warm.probes,
+        "refused": sorted(set(warm.guard.refused)),
         "pools": out.get("pools", {}).pop("replaced", [])}
     out.get("pools_without_draft", {}).pop("replaced", None)
     out["ran"] = dec.functions()
@@ -725,6 +801,9 @@ def main() -> None:
     """Read the request on stdin, write the result as JSON on ``result_fd``."""
     if sys.path and os.path.abspath(sys.path[0]) == HERE:
         sys.path.pop(0)  # run as a script: this folder (recon's sglang.py) is no import root
+    if sys.argv[1:] == ["--serve"]:
+        vchild.serve(warm_up, answer, fork=lambda warm: warm.guard.fork())
+        return
     req = json.loads(sys.stdin.read())
     try:
         result = answer(req)
