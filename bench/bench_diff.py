@@ -49,8 +49,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from recon.acquire.writer import write_text  # noqa: E402
 from recon.paths import cache_dir  # noqa: E402
-from recon.writer import write_text  # noqa: E402
 
 ADD_REQUEST = "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request"
 SIX = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
@@ -84,7 +84,7 @@ print(json.dumps({{"seconds": s, "timings": r.timings, "summary": r.functions.su
 
 BISECT_CODE = """
 import json, time
-from recon.bisect import bisect
+from recon.diffing.bisect import bisect
 t = time.perf_counter()
 r = bisect({q!r}, {refs!r})
 print(json.dumps({{"seconds": time.perf_counter() - t, "verdict": r.verdict()}}))
@@ -110,8 +110,8 @@ print(json.dumps({{"load": t1 - t, "check": t2 - t1, "seconds": t2 - t, "rows": 
 
 def snapshots(versions: tuple[str, ...]) -> dict[str, Path]:
     """The shared test snapshots (what ``tests/conftest.py`` makes), made here if missing."""
-    from recon.snapshot import Snapshot
-    from recon.snapshotter import take_snapshot
+    from recon.snapshots.model import Snapshot
+    from recon.snapshots.take import take_snapshot
 
     base = cache_dir() / "test-snapshots"
     out = {}

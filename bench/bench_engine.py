@@ -121,9 +121,14 @@ def phases(tag: str, repeat: int) -> None:
     with vfs, dominates and varies): the vllm folder alone, the whole site folder the engine
     view reads for the installed-distributions list, recon's own read of that view, and
     recon's in-place listing of the layer folders (no container at all)."""
-    from recon.sources.base import ImageConfig
-    from recon.sources.daemon import DaemonLayer, _client, candidate_roots, interpreter_names
-    from recon.sources.stored import find_stored, selection, stored_layer_list
+    from recon.acquire.sources.base import ImageConfig
+    from recon.acquire.sources.daemon import (
+        DaemonLayer,
+        _client,
+        candidate_roots,
+        interpreter_names,
+    )
+    from recon.acquire.sources.stored import find_stored, selection, stored_layer_list
 
     client = _client()
     image = client.images.get(tag)

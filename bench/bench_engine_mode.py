@@ -34,7 +34,7 @@ from recon.engine.config import engine_config, environment  # noqa: E402
 from recon.engine.sglang import MemoryFigures, server_args  # noqa: E402
 from recon.examples import EXAMPLES_DIR  # noqa: E402
 from recon.paths import cache_dir  # noqa: E402
-from recon.snapcache import ensure_snapshot  # noqa: E402
+from recon.snapshots.cache import ensure_snapshot  # noqa: E402
 
 CONFIG = EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json"
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size {tp} --max-num-seqs {seqs}"

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from recon.acquire.sources.pip import wheels_dir  # noqa: E402
 from recon.engine import env  # noqa: E402
 from recon.paths import cache_dir  # noqa: E402
-from recon.sources.pip import wheels_dir  # noqa: E402
 
 
 def _wheel(spec: str) -> Path:

@@ -28,8 +28,8 @@ from recon.hotfix import make_hotfix
 from recon.hotfix.sides import Side
 from recon.hotfix.splice import lines_of, parse_file, parse_piece, splice
 from recon.paths import cache_dir
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 REL = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 FIELD = {"prefix_tokens": 101376, "cache_block_size": 16, "mamba_block_size": 1152,

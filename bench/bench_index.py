@@ -42,9 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from recon.acquire.writer import write_text  # noqa: E402
 from recon.paths import cache_dir  # noqa: E402
-from recon.snapshot import Snapshot  # noqa: E402
-from recon.writer import write_text  # noqa: E402
+from recon.snapshots.model import Snapshot  # noqa: E402
 
 ALIGN = "vllm.platforms.interface:Platform._align_hybrid_block_size"
 FROM = "vllm.v1.executor.uniproc_executor:UniProcExecutor._init_executor"
@@ -108,7 +108,7 @@ def bench_recon(snap: Path, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     floor = py(f"""
         import ast, json, time
-        from recon.snapshot import Snapshot
+        from recon.snapshots.model import Snapshot
         s = Snapshot.open({str(snap)!r})
         data = [s.path(f.path).read_bytes() for f in s.python_files()]
         t = time.perf_counter()
@@ -155,8 +155,8 @@ def bench_recon(snap: Path, runs: int) -> dict[str, Any]:
     chains = py(f"""
         import json, time
         from recon.index import load_index
-        from recon.chain import chain
-        from recon.graph import CallGraph
+        from recon.index.chain import chain
+        from recon.index.graph import CallGraph
         idx = load_index({str(snap)!r})
         res = {{}}
         for key, kw in (("to", {{}}), ("from_to", {{"source": {FROM!r}}})):

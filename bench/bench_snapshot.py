@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from recon.sources.pip import fetch_wheel  # noqa: E402
+from recon.acquire.sources.pip import fetch_wheel  # noqa: E402
 from tests.imagekit import SITE, LayerBuilder, write_docker_archive  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "snapshot"

@@ -19,8 +19,8 @@ import tempfile
 import time
 
 from recon.paths import cache_dir
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 
 def best_of(argv: list[str], runs: int, cwd: str | None = None) -> float:

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from recon.slicing import RunFailed, run_function
-from recon.snapcache import ensure_snapshot
+from recon.snapshots.cache import ensure_snapshot
 
 QUALNAME = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"
 CONFIGURED = [1, 2, 4, 8, 16, 32, 64]    # --compilation-config '{"cudagraph_capture_sizes": [...]}'
@@ -126,12 +126,12 @@ for release in RELEASES:
 # %% [markdown]
 # ## An older release: did the method change?
 #
-# `recon.bisect` compares the method across releases by normalized AST hash. In
+# `recon.diffing.bisect` compares the method across releases by normalized AST hash. In
 # 0.31.0 it also took `tensor_parallel_size` and, with sequence parallelism on,
 # rounded to `max(uniform_decode_query_len, tensor_parallel_size)` instead.
 
 # %%
-from recon.bisect import bisect
+from recon.diffing.bisect import bisect
 
 b = bisect(QUALNAME, ["vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0"])
 for row in b.rows:

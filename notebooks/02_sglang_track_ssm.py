@@ -32,7 +32,7 @@ from pathlib import Path
 
 from recon import examples
 from recon.recipes import run_recipe
-from recon.snapcache import ensure_snapshot
+from recon.snapshots.cache import ensure_snapshot
 
 # a config.json shipped with recon (package data): found from any working directory;
 # on the command line it is `--config example:qwen3-next-80b-a3b-instruct`

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from recon.probes import build_spec, check_bundle, new_bundle, read_logs
-from recon.snapcache import ensure_snapshot
+from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:vllm==0.33.0")
 TARGET = "vllm.utils.math_utils:round_up"

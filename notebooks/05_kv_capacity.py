@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from recon.recipes import run_recipe
-from recon.snapcache import ensure_snapshot
+from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:vllm==0.33.0")
 RELEASE = f"{snap.manifest['package']['name']} {snap.manifest['package']['version']}"

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from recon.recipes import run_recipe
-from recon.snapcache import ensure_snapshot
+from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:sglang==0.5.23")
 RELEASE = f"{snap.manifest['package']['name']} {snap.manifest['package']['version']}"

@@ -10,19 +10,19 @@ The Python API is what the CLI calls; notebooks use it directly::
 from __future__ import annotations
 
 from .errors import ReconError, UnsafeArchiveError
-from .snapshot import FileRecord, Snapshot, list_snapshots
-from .verify import Verification, verify_snapshot
+from .snapshots.model import FileRecord, Snapshot, list_snapshots
+from .snapshots.verify import Verification, verify_snapshot
 from .version import __version__
 
 
 def snapshot(source: str, **kwargs):  # noqa: ANN201 - re-exported below
-    """Take a snapshot of ``source`` (see :func:`recon.snapshotter.take_snapshot`).
+    """Take a snapshot of ``source`` (see :func:`recon.snapshots.take.take_snapshot`).
 
     Running the same call again returns the snapshot it wrote when nothing behind the
     source changed (a notebook cell run twice); a changed source under the same name
     is still refused unless ``force=True``.
     """
-    from .snapshotter import take_snapshot
+    from .snapshots.take import take_snapshot
 
     kwargs.setdefault("reuse_same", True)
     return take_snapshot(source, **kwargs)

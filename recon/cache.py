@@ -5,7 +5,7 @@ The cache (:func:`recon.paths.cache_dir`) grows with use: a vLLM wheel is about
 release a few hundred MB. ``recon cache`` lists it by kind, and ``recon cache
 prune`` removes entries (the items directly inside a kind's folder: one wheel,
 one environment, one snapshot) not modified for a given number of days.
-Removal goes through :func:`recon.writer.remove_tree_at`: a link inside an
+Removal goes through :func:`recon.acquire.writer.remove_tree_at`: a link inside an
 entry is unlinked, never followed.
 """
 
@@ -16,9 +16,9 @@ import stat
 import time
 from dataclasses import asdict, dataclass, field
 
+from .acquire.writer import remove_tree_at
 from .errors import ReconError
 from .paths import cache_dir
-from .writer import remove_tree_at
 
 #: the kinds of things recon caches: folder under the cache -> what it holds
 KINDS = {

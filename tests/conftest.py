@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from recon.paths import cache_dir
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 #: The releases tests use. Latest first; older ones for cross-release checks.
 VLLM_LATEST = "0.33.0"
@@ -110,6 +110,6 @@ def docker_client():  # noqa: ANN201 - docker.DockerClient
 
 @pytest.fixture(scope="session")
 def wheels_dir() -> Path:
-    from recon.sources.pip import wheels_dir
+    from recon.acquire.sources.pip import wheels_dir
 
     return wheels_dir()

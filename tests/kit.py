@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from recon.cli import main
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

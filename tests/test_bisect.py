@@ -18,11 +18,11 @@ from collections.abc import Callable
 
 import pytest
 
-from recon.bisect import bisect, resolve_versions
 from recon.cli import main
 from recon.diffing import resolve_range
+from recon.diffing.bisect import bisect, resolve_versions
 from recon.errors import ReconError
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 ADD_REQUEST = "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request"
 MAMBA_PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"

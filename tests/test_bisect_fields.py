@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import pytest
 
-from recon.bisect import bisect
 from recon.cli import main
+from recon.diffing.bisect import bisect
 from recon.errors import ReconError
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 MAMBA_MODE = "vllm.config.cache:MambaCacheMode"
 CPU_OFFLOAD = "vllm.config.engram:EngramConfig.cpu_offload"

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from recon.cli import app
 from recon.diffing.sides import open_side
 from recon.index import load_index
-from recon.snapcache import ensure_snapshot, freshness, open_snapshot, tree_key
-from recon.snapshotter import take_snapshot
+from recon.snapshots.cache import ensure_snapshot, freshness, open_snapshot, tree_key
+from recon.snapshots.take import take_snapshot
 
 MOD = "vllm/engine/step.py"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recon.chain import chain, keep_files, render
 from recon.cli import app
-from recon.graph import Budget, CallGraph
 from recon.index import SnapshotIndex, load_index
-from recon.snapshot import Snapshot
+from recon.index.chain import chain, keep_files, render
+from recon.index.graph import Budget, CallGraph
+from recon.snapshots.model import Snapshot
 
 ALIGN = "vllm.platforms.interface:Platform._align_hybrid_block_size"
 UPDATE = "vllm.platforms.interface:Platform.update_block_size_for_backend"

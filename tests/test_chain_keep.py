@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recon.chain import chain, keep_files, kept_name
 from recon.cli import app
 from recon.errors import ReconError
 from recon.index import load_index
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.index.chain import chain, keep_files, kept_name
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 TARGET = "vllm.kernels:step"
 KEPT = "parent--step"

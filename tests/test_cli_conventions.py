@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from recon import __version__
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 
 def _recon(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None,

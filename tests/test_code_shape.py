@@ -58,10 +58,10 @@ def test_the_graph_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     """The check above would find a cycle hidden in a function body (it once existed)."""
     code = "def f():\n    from .tarstream import tar_members\n"
     tree = ast.parse(code)
-    modules = {"recon.sources.base": tmp_path / "base.py",
-               "recon.sources.tarstream": tmp_path / "tarstream.py"}
-    assert _imported("recon.sources.base", modules["recon.sources.base"], tree,
-                     modules) == {"recon.sources.tarstream"}
+    modules = {"recon.acquire.sources.base": tmp_path / "base.py",
+               "recon.acquire.sources.tarstream": tmp_path / "tarstream.py"}
+    assert _imported("recon.acquire.sources.base", modules["recon.acquire.sources.base"], tree,
+                     modules) == {"recon.acquire.sources.tarstream"}
 
 
 def test_no_function_over_80_lines() -> None:

@@ -2,7 +2,7 @@
 
 Every case is a real OCI layout, ``docker save`` archive, oci-archive tar or
 wheel whose bytes the test writes itself, snapshotted through
-:func:`recon.snapshotter.take_snapshot`. A case passes when recon raises a
+:func:`recon.snapshots.take.take_snapshot`. A case passes when recon raises a
 :class:`ReconError` whose message is one line naming what was wrong, the
 output folder is left empty, and (for the escape cases) a file outside the
 archive is never opened: an audit hook records every ``open`` of the process.
@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import zstandard
 
-from recon.blobcache import DigestMismatch
+from recon.acquire.blobcache import DigestMismatch
 from recon.errors import ReconError, UnsafeArchiveError
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import SITE, layer_bytes, put_blob, tar_folder, write_docker_archive, write_oci
 
 PKG = {"usr/local/bin/python3": b"#!\n", f"{SITE}/vllm/__init__.py": b"__version__ = '1.0'\n",
@@ -434,7 +434,7 @@ def test_an_index_cycle(tmp_path: Path) -> None:
     (layout / "index.json").write_text(json.dumps(doc))
     _fails(tmp_path, f"oci:{layout}", fake)
 
-    from recon.sources.oci import pick_manifest
+    from recon.acquire.sources.oci import pick_manifest
 
     with pytest.raises(ReconError, match="contains itself"):
         pick_manifest(doc, None, "test", lambda d: doc)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.writer import TreeWriter, remove_tree_at, staging, write_json
 from recon.errors import PackageNotFound, ReconError, UnsafeArchiveError
-from recon.snapshotter import take_snapshot
-from recon.writer import TreeWriter, remove_tree_at, staging, write_json
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import SITE, LayerBuilder, write_docker_archive
 from tests.kit import run_cli
 

@@ -30,7 +30,7 @@ import pytest
 from recon.cli import main
 from recon.diffing import DiffResult, diff
 from recon.diffing.model import FunctionChange
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 MAMBA = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
 ADD_REQUEST = f"{MAMBA}:MambaHybridModelState.add_request"
@@ -112,7 +112,7 @@ def test_rename_and_docstring_only(d31_32: DiffResult) -> None:
 
 def _record_sha(version: str) -> dict[str, str]:
     """The wheel's own RECORD (urlsafe-base64 sha256 per file): an independent opinion."""
-    from recon.sources.pip import fetch_wheel
+    from recon.acquire.sources.pip import fetch_wheel
 
     with zipfile.ZipFile(fetch_wheel(f"vllm=={version}")) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))

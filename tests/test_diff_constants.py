@@ -36,7 +36,7 @@ import pytest
 from recon.cli import main
 from recon.diffing import DiffResult, diff
 from recon.index import load_index
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 from tests.kit import change_rows, demo_pair
 
 #: (kind, source line on A or None, source line on B or None, parts); a line of None on a
@@ -80,7 +80,7 @@ REAL: dict[tuple[str, str], dict[str, Expect]] = {
 @cache
 def _wheel_lines(version: str, path: str) -> list[str]:
     """The file as the wheel ships it (not through recon's snapshot or index)."""
-    from recon.sources.pip import fetch_wheel
+    from recon.acquire.sources.pip import fetch_wheel
 
     with zipfile.ZipFile(fetch_wheel(f"vllm=={version}")) as zf:
         return zf.read(path).decode().split("\n")

@@ -38,7 +38,7 @@ import pytest
 from recon.cli import main
 from recon.diffing import DiffResult, diff
 from recon.index import load_index
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 from tests.kit import change_rows, demo_pair
 
 #: (kind, source line on A or None, source line on B or None, parts) per field.
@@ -96,7 +96,7 @@ REAL: dict[tuple[str, str], dict[tuple[str, str], tuple[bool, Expect]]] = {
 @cache
 def _wheel_lines(version: str, path: str) -> list[str]:
     """The file as the wheel ships it (not through recon's snapshot or index)."""
-    from recon.sources.pip import fetch_wheel
+    from recon.acquire.sources.pip import fetch_wheel
 
     with zipfile.ZipFile(fetch_wheel(f"vllm=={version}")) as zf:
         return zf.read(path).decode().split("\n")
@@ -361,7 +361,7 @@ def test_cli_json_markdown_terminal(trees: tuple[Path, Path], tmp_path: Path,
 
 
 def test_long_values_are_clipped_around_the_difference() -> None:
-    from recon.report import clip_pair
+    from recon.diffing.render import clip_pair
 
     a = "{" + ", ".join(f"'k{i}': {i}" for i in range(200)) + "}"
     b = a.replace("'k100': 100", "'k100': 101")

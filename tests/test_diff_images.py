@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.pip import fetch_wheel
 from recon.cli import main
 from recon.diffing import DiffResult, diff
-from recon.sources.pip import fetch_wheel
 from tests.imagekit import LayerBuilder, write_docker_archive
 
 KEEP = ("vllm/__init__.py", "vllm/v1/worker/gpu/model_states/")

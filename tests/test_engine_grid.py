@@ -36,7 +36,7 @@ from recon.engine.config import EngineFailed, EngineUsageError, engine_config, e
 from recon.engine.gpus import gpu as lookup_gpu
 from recon.examples import EXAMPLES_DIR
 from recon.paths import cache_dir
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 REFERENCE = Path(__file__).parent / "data" / "vllm_reference.py"
 MODELS = {"qwen3next": "qwen3-next-80b-a3b-instruct", "nemotronh": "nemotron-h-8b-base-8k",

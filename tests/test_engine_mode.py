@@ -11,6 +11,7 @@ environments and snapshots are built once (session fixtures, recon's cache).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from recon.engine.config import (
 from recon.engine.env import requirements, skip_reason
 from recon.engine.gpus import GPUS, UnknownGPU, gpu
 from recon.examples import EXAMPLES_DIR
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "logs" / "real"
@@ -411,6 +412,31 @@ def test_033_mtp_dotted_and_short_forms(qwen3_next_033: Callable[[str], EngineFa
     assert facts.facts["cudagraph_graphs_piecewise"] == 7
     assert facts.facts["cudagraph_graphs_full"] == len({-(-n // 4) * 4 for n in [1, 2, 4, 8, 16, 32, 64]
                                                        if -(-n // 4) * 4 <= 16 * 4}) == 5
+
+
+@pytest.mark.skipif(os.environ.get("RECON_ENGINE_ALL") != "1",
+                    reason="vLLM 0.34.0 is one more release environment (RECON_ENGINE_ALL=1 runs it)")
+def test_034_graphs_from_request_sizes(pip_snapshot: Callable[..., Snapshot]) -> None:
+    """0.34.0's V2 runner builds its graph manager from the config's decode query lengths.
+
+    Expected from the release's documented rule (``CompilationConfig``: given capture sizes are
+    the prefill token counts and, rounded up to whole requests of ``1 + num_speculative_tokens``
+    tokens, the decode request counts, up to ``max_num_seqs``): 7 piecewise graphs up to 64
+    tokens, FULL decode graphs for 1, 2, 4, 8 and 16 requests of 4 tokens (64 at most).
+    """
+    facts = engine_config(pip_snapshot("vllm==0.34.0"),
+                          "vllm serve Qwen/Qwen3-Next --max-num-seqs 16 "
+                          "--speculative-config.method mtp "
+                          "--speculative-config.num_speculative_tokens 3 "
+                          "-cc '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64]}'",
+                          _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json"))
+    assert facts.facts["model_runner"] == "V2"
+    assert facts.facts["cudagraph_stage"].startswith("V2 model runner: ")
+    assert facts.facts["cudagraph_graphs_piecewise"] == 7
+    assert facts.facts["cudagraph_graphs_piecewise_max"] == 64
+    requests = {-(-n // 4) for n in [1, 2, 4, 8, 16, 32, 64] if -(-n // 4) <= 16}
+    assert facts.facts["cudagraph_graphs_full"] == len(requests) == 5
+    assert facts.facts["cudagraph_graphs_full_max"] == max(requests) * 4 == 64
 
 
 def test_033_graphs_without_torch_compile(qwen3_next_033: Callable[[str], EngineFacts]) -> None:

@@ -25,7 +25,7 @@ from recon.engine.config import EngineFacts, EngineFailed, engine_config
 from recon.engine.sglang import MemoryFigures, ServerArgsFacts
 from recon.engine.sglang import server_args as sglang_server_args
 from recon.examples import EXAMPLES_DIR
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 CONFIG = json.loads((EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json").read_text())
 FLAGS = "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct -tp 2 --max-num-seqs 64"

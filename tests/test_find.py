@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from recon.cli import app
 from recon.errors import ReconError
-from recon.find import Pattern, find_names, find_pattern, find_regex
 from recon.index import FunctionInfo, SnapshotIndex, load_index
-from recon.snapshot import Snapshot
+from recon.index.find import Pattern, find_names, find_pattern, find_regex
+from recon.snapshots.model import Snapshot
 
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 ADD_REQUEST = "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request"

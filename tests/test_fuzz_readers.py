@@ -10,7 +10,7 @@ delete, splice, truncate, a big number written into a tar/zip header field
 with its checksum fixed) chosen by ``random.Random(f"{SEED}/{kind}/{i}")``,
 so any mutant is rebuilt from its kind and index alone.
 
-Each mutant is snapshotted with :func:`recon.snapshotter.take_snapshot` in
+Each mutant is snapshotted with :func:`recon.snapshots.take.take_snapshot` in
 worker processes whose address space is capped (``RLIMIT_AS``) and whose
 every mutant has a wall-clock alarm. A mutant passes when the snapshot
 succeeds or raises :class:`ReconError`; anything else (another exception,
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from recon.errors import ReconError
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import SITE, LayerBuilder, tar_folder, write_oci
 
 SEED = int(os.environ.get("RECON_FUZZ_SEED", "20261201"))

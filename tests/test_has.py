@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.pip import fetch_wheel
 from recon.cli import main
-from recon.has import has_fix
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
-from recon.sources.pip import fetch_wheel
+from recon.diffing.has import has_fix
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 ADD_REQUEST = "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request"
 MAMBA_PATH = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"

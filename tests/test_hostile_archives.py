@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.layers import CaptureLimits
 from recon.errors import ReconError, UnsafeArchiveError
-from recon.layers import CaptureLimits
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import SITE, LayerBuilder, write_docker_archive
 
 V = f"{SITE}/vllm"

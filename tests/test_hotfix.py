@@ -28,14 +28,14 @@ from pathlib import Path
 
 import pytest
 
+from recon.diffing.has import has_fix
 from recon.errors import ReconError
-from recon.has import has_fix
 from recon.hotfix import HotfixRefused, HotfixResult, is_hotfix_folder, make_hotfix, write_hotfix
 from recon.hotfix.patchfile import apply_patch, parse_patch
 from recon.hotfix.splice import lines_of
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
-from recon.verify import verify_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
+from recon.snapshots.verify import verify_snapshot
 
 REL = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
 MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
@@ -458,7 +458,7 @@ def _vllm_layer(path: Path, wheel: Path, original: bytes, mode: str, work: Path)
 @pytest.fixture(scope="module")
 def hotfix_images(v029: Snapshot, docker_client, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
     """Two images of vLLM 0.29.0's files on Debian's Python: timestamp and unchecked-hash .pyc."""
-    from recon.sources.pip import fetch_wheel
+    from recon.acquire.sources.pip import fetch_wheel
     from tests.imagekit import write_docker_archive
 
     if not Path(SYSTEM_PY).is_file() or shutil.which("ldd") is None:

@@ -16,8 +16,8 @@ import pytest
 from recon.errors import ReconError
 from recon.index import SnapshotIndex, index_source, load_index
 from recon.index.resolve import Resolver
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 ALIGN = "vllm.platforms.interface:Platform._align_hybrid_block_size"
 MAMBA_FILE = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from recon.errors import ReconError
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import LayerBuilder, write_docker_archive
 from tests.kit import run_cli
 

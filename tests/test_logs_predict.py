@@ -20,7 +20,7 @@ from recon.cli import main
 from recon.examples import EXAMPLES_DIR
 from recon.logs import analyze, compare, render_markdown
 from recon.logs.compare import Link
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 #: recon's reading of the flags (engine mode: tests/test_engine_recipes.py)
 SLICE = {"mode": "slice"}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from recon.logs import analyze
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 REAL = Path(__file__).parent / "data" / "logs" / "real"
 CONFIGS = {"Q": "qwen3next.json", "N": "nemotronh.json", "L": "llama.json"}

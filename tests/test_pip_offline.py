@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.pip import fetch_wheel
 from recon.errors import ReconError
-from recon.sources.pip import fetch_wheel
 
 
 @pytest.fixture

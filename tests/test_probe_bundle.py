@@ -18,7 +18,7 @@ from recon.cli import main
 from recon.errors import ReconError
 from recon.probes import build_spec, check_bundle, load_bundle, new_bundle, read_logs
 from recon.probes.lookup import AstLookup, IndexLookup
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 CORE = """
     import functools

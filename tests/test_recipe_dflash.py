@@ -17,7 +17,7 @@ import pytest
 
 from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 NAME = "vllm-dflash-layers"
 Z_LAB = EXAMPLES_DIR / "qwen3-8b-dflash-b16.json"

@@ -22,7 +22,7 @@ import pytest
 from recon.errors import ReconError
 from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 
 def run_sliced(name: str, snapshot: Any, *, options: dict[str, Any] | None = None,

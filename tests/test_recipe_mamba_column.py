@@ -14,7 +14,7 @@ import pytest
 from recon.errors import ReconError
 from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 NAME = "vllm-mamba-align-column"
 CONFIGS = EXAMPLES_DIR

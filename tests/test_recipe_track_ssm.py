@@ -17,7 +17,7 @@ import pytest
 
 from recon.examples import EXAMPLES_DIR
 from recon.recipes import run_recipe
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 NAME = "sglang-track-ssm"
 QWEN3_NEXT = EXAMPLES_DIR / \

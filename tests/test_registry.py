@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from recon.blobcache import BlobCache
+from recon.acquire.blobcache import BlobCache
+from recon.acquire.layers import ELF_MAGIC
+from recon.acquire.sources import open_source
+from recon.acquire.sources.lazy import BIG_FILE
+from recon.acquire.sources.pip import fetch_wheel
+from recon.acquire.sources.registry import parse_reference, reset_transfers
 from recon.errors import ReconError
-from recon.layers import ELF_MAGIC
-from recon.snapshotter import take_snapshot
-from recon.sources import open_source
-from recon.sources.lazy import BIG_FILE
-from recon.sources.pip import fetch_wheel
-from recon.sources.registry import parse_reference, reset_transfers
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import (
     SITE,
     LayerBuilder,
@@ -282,7 +282,7 @@ def test_lazy_formats_read_a_fraction_and_the_warm_cache_nothing(
 def test_tee_keeps_only_whole_verified_copies(tmp_path: Path) -> None:
     import io
 
-    from recon.blobcache import DigestMismatch, Tee
+    from recon.acquire.blobcache import DigestMismatch, Tee
 
     cache = BlobCache(tmp_path / "c")
     data = os.urandom(300_000)
@@ -571,7 +571,7 @@ def test_bad_input_is_one_readable_line(pushed: dict[str, Any], registry: Regist
 def test_cached_snapshot_follows_a_moved_tag(tmp_path: Path) -> None:
     """ensure_snapshot keys registry: sources by the digest the tag points to now: a tag pushed
     again gets a new snapshot; with the registry gone, the newest snapshot of it is used."""
-    from recon.snapcache import ensure_snapshot
+    from recon.snapshots.cache import ensure_snapshot
 
     reg = Registry(tmp_path / "reg").start()
     try:

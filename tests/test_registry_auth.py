@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.auth import Credentials, find_credentials, parse_challenge
 from recon.errors import ReconError
-from recon.snapshotter import take_snapshot
-from recon.sources.auth import Credentials, find_credentials, parse_challenge
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import SITE, LayerBuilder
 from tests.registrykit import (
     Registry,

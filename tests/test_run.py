@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from recon.slicing import Call, Py, RunFailed, build_slice, run_calls, run_function
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 ADJUST = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"
 DFLASH = "vllm.model_executor.models.qwen3_dflash"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 from tests.kit import run_cli
 
 ADJUST = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"

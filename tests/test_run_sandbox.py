@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from recon.slicing import RunFailed, run_function
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 DATA = Path(__file__).parent / "data" / "slice"
 ATTACKS = "hostilepkg.attacks"

@@ -26,8 +26,8 @@ from recon.errors import ReconError
 from recon.slicing import RunFailed, run_function
 from recon.slicing import sandbox as sandbox_mod
 from recon.slicing.result import MalformedReport
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 DATA = Path(__file__).parent / "data" / "sandbox"
 ESC = "escapepkg.escapes"

@@ -31,7 +31,7 @@ from recon.engine.gpus import gpu as lookup_gpu
 from recon.engine.sglang import ServerArgsFacts, environment, launcher_argv, server_args
 from recon.examples import EXAMPLES_DIR
 from recon.paths import cache_dir
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "sglang_reference.py"
@@ -97,7 +97,7 @@ def snapshots(pip_snapshot: Callable[..., Snapshot]) -> dict[str, Snapshot]:
 
 def _reference(snap: Snapshot, cases: list[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
     """The reference script's answers for ``cases`` (model, flags, draft), kept on disk."""
-    from recon.snapcache import tree_key
+    from recon.snapshots.cache import tree_key
 
     renv = environment(snap)
     request = {"src": str(snap.src), "gpu": {**BOARD.as_json(), "count": 8},

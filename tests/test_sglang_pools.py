@@ -27,7 +27,7 @@ import pytest
 from recon.engine.sglang import MemoryFigures, ServerArgsFacts, SglangNotApplicable, server_args
 from recon.errors import ReconError
 from recon.examples import EXAMPLES_DIR
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 
 pytestmark = pytest.mark.wheels  # real SGLang releases from PyPI, imported in the sandbox
 

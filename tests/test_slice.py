@@ -19,8 +19,8 @@ import pytest
 
 from recon.errors import ReconError
 from recon.slicing import build_slice
-from recon.snapshot import Snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.model import Snapshot
+from recon.snapshots.take import take_snapshot
 
 DATA = Path(__file__).parent / "data" / "slice"
 ADJUST = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"

@@ -17,7 +17,7 @@ import pytest
 from recon.errors import ReconError
 from recon.slicing import RunFailed, build_slice, run_function
 from recon.slicing.closure import DEFAULT_BUDGET, suggest_budget
-from recon.snapshot import Snapshot
+from recon.snapshots.model import Snapshot
 from tests.kit import run_cli
 
 ADJUST = "vllm.config.compilation:CompilationConfig.adjust_cudagraph_sizes_for_spec_decode"

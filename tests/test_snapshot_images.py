@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.pip import fetch_wheel
 from recon.errors import ReconError
-from recon.snapshotter import take_snapshot
-from recon.sources.pip import fetch_wheel
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import (
     SITE,
     LayerBuilder,
@@ -251,7 +251,7 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
     staging folder all go, and the exit status says which signal ended it. Read in place,
     nothing is created in the engine at all: signalled once its staging folder exists, the
     folder goes."""
-    from recon.sources.daemon import CONTAINER_LABEL
+    from recon.acquire.sources.daemon import CONTAINER_LABEL
 
     label = {"label": f"{CONTAINER_LABEL}={loaded}"}
     assert not docker_client.containers.list(all=True, filters=label)
@@ -294,9 +294,9 @@ def test_a_killed_recons_containers_are_removed_at_the_next_start(loaded: str, d
     and leaves those of a live recon and of another host alone."""
     import uuid
 
-    from recon.sources.daemon import CONTAINER_LABEL, OWNER_LABEL, owner_id
+    from recon.acquire.sources.daemon import CONTAINER_LABEL, OWNER_LABEL, owner_id
 
-    ended = subprocess.run([sys.executable, "-c", "from recon.sources.daemon import owner_id; "
+    ended = subprocess.run([sys.executable, "-c", "from recon.acquire.sources.daemon import owner_id; "
                             "print(owner_id())"], capture_output=True, text=True, check=True)
     owners = {"gone": ended.stdout.strip(), "alive": owner_id(), "elsewhere": "another-host:1:1"}
     made = {}

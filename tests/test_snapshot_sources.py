@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from recon.acquire.sources.pip import fetch_wheel
 from recon.errors import ReconError
-from recon.snapshot import Snapshot, list_snapshots
-from recon.snapshotter import take_snapshot
-from recon.sources.pip import fetch_wheel
+from recon.snapshots.model import Snapshot, list_snapshots
+from recon.snapshots.take import take_snapshot
 
 
 @pytest.mark.wheels  # real releases from PyPI

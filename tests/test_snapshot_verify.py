@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recon import Snapshot, verify_snapshot
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.kit import run_cli
 
 

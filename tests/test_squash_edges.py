@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from recon.errors import ReconError
-from recon.snapshotter import take_snapshot
+from recon.snapshots.take import take_snapshot
 from tests.imagekit import (
     SITE,
     LayerBuilder,

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from recon.errors import ReconError
-from recon.layers import Squasher
-from recon.sources.base import Image
-from recon.sources.stored import (
+from recon.acquire.layers import Squasher
+from recon.acquire.sources.base import Image
+from recon.acquire.sources.stored import (
     InPlaceRefused,
     Selection,
     StoredLayers,
@@ -33,7 +32,8 @@ from recon.sources.stored import (
     selection,
     stored_layer_list,
 )
-from recon.writer import TreeWriter
+from recon.acquire.writer import TreeWriter
+from recon.errors import ReconError
 from tests.imagekit import SITE, tree_fingerprint
 
 PKG = f"{SITE}/vllm"
@@ -262,7 +262,7 @@ def test_vfs_storage_is_read_in_place_as_the_merged_view(vfs_engine: str, tmp_pa
     """vfs keeps one whole copy of the filesystem per layer; the engine's layer database
     names the top one, which is read as the merged view: the same files as the archive the
     image was loaded from (whiteout, opaque folder and hot-fix applied), no container."""
-    from recon.snapshotter import take_snapshot
+    from recon.snapshots.take import take_snapshot
     from tests.imagekit import LayerBuilder, snapshot_fingerprint, write_docker_archive
 
     base = LayerBuilder(tmp_path / "l0.tar")
@@ -369,7 +369,7 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
     folder shows the lower folder the redirect names, not the lower ``vllm``."""
     import tarfile
 
-    from recon.snapshotter import take_snapshot
+    from recon.snapshots.take import take_snapshot
     from tests.imagekit import LayerBuilder, write_docker_archive
 
     if docker_client.info().get("Driver") != "overlay2":

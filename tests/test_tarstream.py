@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from recon.acquire.sources.base import tar_entries
+from recon.acquire.sources.tarstream import tar_members
 from recon.errors import ReconError, UnsafeArchiveError
-from recon.sources.base import tar_entries
-from recon.sources.tarstream import tar_members
 
 LONG_DIR = "usr/local/lib/python3.12/site-packages/vllm/model_executor/layers/" + "very_long_folder_name/" * 6
 KIND = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir", tarfile.SYMTYPE: "symlink",

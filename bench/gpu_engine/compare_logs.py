@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from recon.logs import analyze  # noqa: E402
-from recon.snapcache import ensure_snapshot  # noqa: E402
+from recon.snapshots.cache import ensure_snapshot  # noqa: E402
 
 REAL = Path(__file__).resolve().parents[2] / "tests" / "data" / "logs" / "real"
 COLUMNS = [("block / padding", ("attention_block_size", "mamba_padding_pct")),

@@ -17,8 +17,8 @@ def demo_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Snapshot the latest vLLM and SGLang from PyPI and run every recipe on the example configs."""
-    from ..demo import run_demo
-    from ..writer import write_text
+    from ..acquire.writer import write_text
+    from ..recipes.demo import run_demo
 
     if not as_json:
         console.print("[bold]recon demo[/]: snapshotting vLLM and SGLang from PyPI (cached after the first run)")

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from ..bisect import BisectResult
+    from ..diffing.bisect import BisectResult
+    from ..diffing.has import HasResult
     from ..diffing.model import DiffResult, FunctionChange
-    from ..has import HasResult
 
 #: Exit codes of ``recon has`` (errors keep ReconError's 2 and 3).
 HAS_EXIT = {"yes": 0, "no": 1, "different": 4}
@@ -46,7 +46,7 @@ def _table(title: str, *columns: str) -> Table:
 
 
 def _write_report(path: str, text: str) -> None:
-    from ..writer import write_text
+    from ..acquire.writer import write_text
 
     if path == "-":
         sys.stdout.write(text)
@@ -82,7 +82,7 @@ def diff_cmd(
     compared on normalized source.
     """
     from ..diffing import diff
-    from ..report import to_html, to_markdown
+    from ..diffing.render import to_html, to_markdown
 
     result = diff(a, b, sections=section, focus=focus, depth=depth,
                   show=show or bool(markdown) or bool(html_out), context=context, package=package)
@@ -100,7 +100,7 @@ def diff_cmd(
 
 def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: bool,
                 limit: int) -> None:
-    from ..report import keyed_rows, rows
+    from ..diffing.render import keyed_rows, rows
 
     r = rows(result, all_moved=all_moved)
     console.print(f"[bold]A[/] {result.a.label}  [dim]{result.a.ref or ''}[/]")
@@ -144,7 +144,7 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
     if result.fields is not None:
         _print_fields(result, limit=limit)
     if show and result.functions is not None:
-        from ..report import head
+        from ..diffing.render import head
 
         for c in head(result.functions.changes, limit)[0]:
             _print_change_diff(c)
@@ -155,7 +155,7 @@ def _print_fields(result: DiffResult, *, limit: int) -> None:
     """Class-body fields and module constants whose value or annotation changed, or that came or went."""
     from rich.markup import escape
 
-    from ..report import constant_row, field_row, head
+    from ..diffing.render import constant_row, field_row, head
 
     fl = result.fields
     assert fl is not None
@@ -187,7 +187,7 @@ def _print_fields(result: DiffResult, *, limit: int) -> None:
 
 def _print_left_out(count: int, what: str, limit: int) -> None:
     """The line the reports print too, so ``--limit`` reads the same on screen and on paper."""
-    from ..report import left_out
+    from ..diffing.render import left_out
 
     if count:
         console.print(f"[dim]... {escape(left_out(count, what, limit))}[/]", soft_wrap=True,
@@ -197,7 +197,7 @@ def _print_left_out(count: int, what: str, limit: int) -> None:
 def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None:
     from rich.table import Table
 
-    from ..report import head
+    from ..diffing.render import head
 
     fd = result.functions
     assert fd is not None
@@ -246,7 +246,7 @@ def bisect_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Find the first release where a function, class field or module constant changed, appeared or disappeared, and show that diff."""
-    from ..bisect import bisect
+    from ..diffing.bisect import bisect
 
     result = bisect(qualname, versions, jobs=jobs, count_docstrings=docstrings, context=context,
                     package=package)
@@ -332,7 +332,7 @@ def has_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Does SOURCE contain the fix? Answers yes (exit 0), no (exit 1) or different (exit 4), and why."""
-    from ..has import has_fix
+    from ..diffing.has import has_fix
 
     result = has_fix(fix, in_ref, fixed_in=fixed_in, unfixed=unfixed, pattern=pattern,
                      regex=regex, package=package)

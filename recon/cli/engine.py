@@ -61,7 +61,7 @@ def engine_config_cmd(
     """``recon engine-config``."""
     from ..engine.config import engine_config
     from ..slicing.runner import load_config
-    from ..snapcache import ensure_snapshot
+    from ..snapshots.cache import ensure_snapshot
 
     extra = {}
     for item in env:

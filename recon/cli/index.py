@@ -15,15 +15,15 @@ from .output import console, emit_json, err_console
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from ..chain import ChainResult
-    from ..find import Hit
     from ..index import ClassInfo, FunctionInfo, SnapshotIndex
+    from ..index.chain import ChainResult
+    from ..index.find import Hit
 
 
 def _load(snapshot: str, workers: int | None = None, cache: bool = True) -> SnapshotIndex:
     """Index a snapshot name or path, or any SOURCE (snapshotted once and cached, as every verb does)."""
     from ..index import load_index
-    from ..snapcache import ensure_snapshot
+    from ..snapshots.cache import ensure_snapshot
 
     return load_index(ensure_snapshot(snapshot), workers=workers, cache=cache)
 
@@ -73,8 +73,8 @@ def find_cmd(
     """
     from rich.table import Table
 
-    from ..find import find_names, find_pattern, find_regex
     from ..index import FunctionInfo
+    from ..index.find import find_names, find_pattern, find_regex
 
     if not (name or regex or pattern):
         raise ReconError("give a name glob, --regex or --pattern")
@@ -148,8 +148,8 @@ def chain_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Callers, callees and call paths of a function, and the files they live in."""
-    from ..chain import chain, keep_files, render, write_picture
-    from ..graph import Budget
+    from ..index.chain import chain, keep_files, render, write_picture
+    from ..index.graph import Budget
 
     if direction not in ("both", "callers", "callees"):
         raise ReconError("--direction must be callers, callees or both")

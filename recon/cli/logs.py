@@ -38,8 +38,8 @@ def logs_cmd(
 ) -> None:
     """Parse a vLLM/SGLang server log; with --snapshot, predicted vs observed (exit 1: a mismatch;
     6: a number the engine printed that recon could not predict)."""
+    from ..acquire.writer import write_text
     from ..logs import analyze, render_console, render_markdown
-    from ..writer import write_text
 
     report = analyze(serverlog, snapshot=snapshot, config=config, flags=flags,
                      options=parse_sets(sets), engine=engine)

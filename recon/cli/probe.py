@@ -65,7 +65,7 @@ def new(
                       self_attrs=list(self_attr), exprs=list(expr), env=list(env), first=first,
                       every=every, max_bytes=max_bytes, log_dir=log_dir, only_argv=only_argv,
                       skip_argv=skip_argv)
-    from ..snapcache import ensure_snapshot  # a snapshot name, or any SOURCE (pip:vllm==X)
+    from ..snapshots.cache import ensure_snapshot  # a snapshot name, or any SOURCE (pip:vllm==X)
 
     if snapshot is None and not unchecked:
         raise ReconError("a bundle's targets are checked against the release the engine runs: pass "

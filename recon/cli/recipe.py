@@ -86,9 +86,9 @@ def run_cmd(
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
 ) -> None:
     """Run one recipe on a snapshot with your config and flags (exit 5: not applicable to that release)."""
+    from ..acquire.writer import write_text
     from ..recipes import require_needs, run_recipe
-    from ..snapcache import ensure_snapshot
-    from ..writer import write_text
+    from ..snapshots.cache import ensure_snapshot
 
     require_needs(name)
     snap = ensure_snapshot(snapshot)

@@ -95,7 +95,7 @@ def slice_cmd(
     budget: int | None = _budget_option(),
 ) -> None:
     from ..slicing import build_slice
-    from ..snapcache import ensure_snapshot
+    from ..snapshots.cache import ensure_snapshot
 
     snap = ensure_snapshot(snapshot)
     sl = build_slice(snap, qualnames, stubs=stub, budget=_budget(budget))
@@ -172,7 +172,7 @@ def run_cmd(
     budget: int | None = _budget_option(),
 ) -> None:
     from ..slicing import Py, RunFailed, run_function
-    from ..snapcache import ensure_snapshot
+    from ..snapshots.cache import ensure_snapshot
 
     args: dict[str, Any] = _json_values(arg, "--arg", "--arg-py")
     args.update({k: Py(v) for k, v in _pairs(arg_py, "--arg-py")})

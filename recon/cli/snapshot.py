@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
     from rich.progress import Progress
 
+    from ..acquire.sources.base import Layer
     from ..errors import PackageNotFound
-    from ..snapshot import Snapshot
-    from ..sources.base import Layer
+    from ..snapshots.model import Snapshot
 
 HELP = """Get a package's exact source out of an image without starting it.
 
@@ -129,7 +129,7 @@ def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:
     from rich.progress import Progress
     from rich.table import Table
 
-    from ..verify import verify_snapshot
+    from ..snapshots.verify import verify_snapshot
 
     with Progress(console=err_console, transient=True,
                   disable=as_json or quiet or not err_console.is_terminal) as bar:
@@ -153,7 +153,7 @@ def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:
 
 
 def _open(name: str, out: Path | None) -> Snapshot:
-    from ..snapshot import Snapshot
+    from ..snapshots.model import Snapshot
 
     return Snapshot.open(str(out / name) if out is not None and not Path(name).exists() else name)
 
@@ -165,7 +165,7 @@ def ls_cmd(
     """List the snapshots in a folder."""
     from rich.table import Table
 
-    from ..snapshot import list_snapshots
+    from ..snapshots.model import list_snapshots
 
     snaps = [summary(s) for s in list_snapshots(out)]
     if as_json:
@@ -220,9 +220,9 @@ def snapshot_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
+    from ..acquire.layers import CaptureLimits
     from ..errors import PackageNotFound
-    from ..layers import CaptureLimits
-    from ..snapshotter import take_snapshot
+    from ..snapshots.take import take_snapshot
 
     if layers and (package_only or engine_view):
         raise typer.BadParameter("--layers reads through `docker save`: it takes neither "

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import ReconError
 from ..index import load_index
 from ..index.snapshot_index import SnapshotIndex
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .constants import focus_modules
 from .fields import diff_fields, focus_owners
 from .focus import apply_focus, focus_members

@@ -1,7 +1,7 @@
 """``--focus QUALNAME --depth N``: the functions on the code path around one target.
 
 "Did anything on the path to X change?" is answered with the call graph
-of :mod:`recon.chain` (callers and callees of the target up to ``depth``
+of :mod:`recon.index.chain` (callers and callees of the target up to ``depth``
 edges), computed on *both* sides and united: a caller that exists only in
 the new release, or a callee the new release stopped calling, is on the
 path too. The target only has to exist on one side.
@@ -18,7 +18,7 @@ from .model import FunctionChange, FunctionDiff
 
 def chain_members(idx: SnapshotIndex, target: str, depth: int) -> tuple[str | None, dict[str, int]]:
     """``(resolved target, {qualname: distance})`` on one side; (None, {}) when it is absent there."""
-    from ..chain import chain
+    from ..index.chain import chain
 
     try:
         qualname = idx.lookup(target).qualname

@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .model import FileDiff, ImageDiff, KeyedDiff
 
 #: Image config fields compared as whole values (env and labels are compared key by key).

@@ -1,4 +1,4 @@
-"""The diff's data model: plain dataclasses, rendered by the CLI and :mod:`recon.report`.
+"""The diff's data model: plain dataclasses, rendered by the CLI and :mod:`recon.diffing.render`.
 
 Function change kinds (``FunctionChange.kind``), in the order reports list them:
 

@@ -2,7 +2,7 @@
 
 ``recon diff A B`` and ``recon bisect`` accept a snapshot (name or path) or
 any SOURCE (a bare ``NAME==VER`` pin means ``pip:NAME==VER``). A SOURCE goes
-through :func:`recon.snapcache.ensure_snapshot`, whose one freshness key is
+through :func:`recon.snapshots.cache.ensure_snapshot`, whose one freshness key is
 shared with every other verb: a comparison never reads yesterday's image,
 and a snapshot that ``diff`` took is the one ``index`` or ``run`` reuse.
 """
@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import progress
+from ..acquire.sources import SCHEMES
 from ..errors import ReconError
-from ..snapcache import ensure_snapshot
-from ..snapshot import Snapshot
-from ..sources import SCHEMES
+from ..snapshots.cache import ensure_snapshot
+from ..snapshots.model import Snapshot
 
 
 def is_source(ref: str) -> bool:

@@ -952,16 +952,19 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
              if k in wanted and (k in passed["resolve_cudagraph_mode_and_sizes"]
                                  or k not in RUNNER_STATE)}
     mode = resolve(lowest, lowest_backend, decode_len, **extra)
-    view = object.__new__(manager)
-    view.__dict__.update(vllm_config=config, compilation_config=comp, cudagraph_mode=mode,
-                         decode_query_len=decode_len, lora_capture_cases=[0],
-                         max_num_reqs=config.scheduler_config.max_num_seqs,
-                         dp_size=config.parallel_config.data_parallel_size,
-                         tp_size=config.parallel_config.tensor_parallel_size,
-                         varlen_decode=inputs["varlen_decode"],
-                         ubatch_runner=inputs["ubatch_runner"],
-                         use_breakable_cg=False, _candidates={}, _capture_descs={})
-    manager._init_candidates(view)
+    if "decode_query_lens" in passed["ModelCudaGraphManager"]:
+        view = v2_graph_manager(cg, config, mode, decode_len, inputs)
+    else:
+        view = object.__new__(manager)
+        view.__dict__.update(vllm_config=config, compilation_config=comp, cudagraph_mode=mode,
+                             decode_query_len=decode_len, lora_capture_cases=[0],
+                             max_num_reqs=config.scheduler_config.max_num_seqs,
+                             dp_size=config.parallel_config.data_parallel_size,
+                             tp_size=config.parallel_config.tensor_parallel_size,
+                             varlen_decode=inputs["varlen_decode"],
+                             ubatch_runner=inputs["ubatch_runner"],
+                             use_breakable_cg=False, _candidates={}, _capture_descs={})
+        manager._init_candidates(view)
     graphs = {jsonable(m): {"count": len(descs), "max": max((int(d.num_tokens) for d in descs),
                                                             default=0)}
               for m, descs in view._capture_descs.items() if descs}
@@ -974,12 +977,36 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                              "CudaGraphManager._init_candidates"
 
 
+def v2_graph_manager(cg: Any, config: Any, mode: Any, decode_len: int,
+                     inputs: dict[str, Any]) -> Any:
+    """The release's own ``ModelCudaGraphManager``, built as the V2 runner builds it (0.34.0).
+
+    Its decode query lengths come from the config's own
+    ``get_decode_cudagraph_query_lens`` (dynamic speculative decoding maps each
+    length to the batch sizes that draft it). The constructor runs whole; the one
+    thing it would reach on a GPU, the platform's global graph pool, is None here
+    (no graph is captured), and the pipeline group is the single-rank view.
+    """
+    lens = config.get_decode_cudagraph_query_lens(decode_len)
+    platform = importlib.import_module("vllm.platforms").current_platform
+    pool = getattr(type(platform), "get_global_graph_pool", None)
+    type(platform).get_global_graph_pool = lambda self: None
+    try:
+        return cg.ModelCudaGraphManager(config, None, mode, decode_query_lens=lens,
+                                        lora_capture_cases=[0],
+                                        varlen_decode=inputs["varlen_decode"],
+                                        ubatch_runner=inputs["ubatch_runner"])
+    finally:
+        if pool is not None:
+            type(platform).get_global_graph_pool = pool
+
+
 #: what :func:`v2_cudagraph_phase` gives the V2 runner's two calls, beyond the positional ones
 V2_MODELLED = {"resolve_cudagraph_mode_and_sizes": {"use_v2_model_runner", "tensor_parallel_size",
                                                     "kv_cache_config", "max_num_reqs",
                                                     "is_profiling", "piecewise_capture_available"},
-               "ModelCudaGraphManager": {"decode_query_len", "lora_capture_cases", "varlen_decode",
-                                         "ubatch_runner"}}
+               "ModelCudaGraphManager": {"decode_query_len", "decode_query_lens",
+                                         "lora_capture_cases", "varlen_decode", "ubatch_runner"}}
 
 
 def v2_runner_inputs(config: Any, kv: Any) -> tuple[dict[str, Any], str]:

@@ -21,16 +21,17 @@ import shlex
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from .. import progress
+from ..acquire.writer import write_json
 from ..errors import ReconError
 from ..paths import cache_dir
-from ..slicing.sandbox import Limits, interpreter_dirs, launch
-from ..snapshot import Snapshot
-from ..writer import write_json
+from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
+from ..snapshots.model import Snapshot
 from . import server
 from .env import ReleaseEnv, gpu_only_modules, release_env, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
@@ -113,7 +114,7 @@ def compiled_modules(snapshot: Snapshot) -> list[str]:
 
 def snapshot_metadata(snapshot: Snapshot) -> str:
     """The release's ``METADATA`` (its ``Requires-Dist``): from the wheel it came from."""
-    from ..sources.pip import fetch_wheel, wheels_dir
+    from ..acquire.sources.pip import fetch_wheel, wheels_dir
 
     src = snapshot.manifest.get("source", {})
     candidates = [Path(src["wheel_path"])] if src.get("wheel_path") else []
@@ -159,15 +160,25 @@ def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, r
     argv = [str(env.python), "-I", "-B", str(CHILD)]
     served = _ask_server(snapshot, env, request, extra, argv, read_only, limits) \
         if server.enabled() else None
+    return served_or_cold(served, lambda: launch(
+        argv, request, root=root, work=work, limits=limits, env=server.child_env(work, extra),
+        slice_files=set(), read_only=read_only), "engine mode", timeout)
+
+
+def served_or_cold(served: server.Served | None, cold: Callable[[], Outcome], what: str,
+                   timeout: float) -> dict[str, Any]:
+    """The child's answer as a JSON object: the server's bytes, else those of ``cold()``.
+
+    Either way the bytes are untrusted: anything but a JSON object is :class:`EngineFailed`.
+    ``seconds.server`` records the way it came (``warm``, ``started``, ``cold``, ``off``).
+    """
     stderr = ""
     if served is not None:
         data, how, confinement = served.data, served.how, served.confinement
     else:
-        outcome = launch(argv, request, root=root, work=work, limits=limits,
-                         env=server.child_env(work, extra), slice_files=set(),
-                         read_only=read_only)
+        outcome = cold()
         if outcome.timed_out:
-            raise EngineFailed(f"engine mode ran past {timeout:.0f} s; stderr tail: "
+            raise EngineFailed(f"{what} ran past {timeout:.0f} s; stderr tail: "
                                f"{outcome.stderr[-400:]}")
         data, confinement, stderr = outcome.result, outcome.confinement, outcome.stderr
         how = "cold" if server.enabled() else "off"
@@ -176,7 +187,7 @@ def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, r
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        raise EngineFailed(f"engine-mode child gave no answer ({how}); "
+        raise EngineFailed(f"{what}: the child gave no answer ({how}); "
                            f"stderr tail: {stderr[-600:].strip()}")
     result["confinement"] = confinement
     if isinstance(result.get("seconds"), dict):
@@ -188,7 +199,7 @@ def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
                 extra: dict[str, str] | None, argv: list[str], read_only: list[str],
                 limits: Limits) -> server.Served | None:
     """A warm server's answer (see :mod:`recon.engine.server`), or None: run a cold child."""
-    from ..snapcache import tree_key
+    from ..snapshots.cache import tree_key
 
     tree = tree_key(snapshot.src)
     if tree is None or "unsettled" in tree:
@@ -375,7 +386,7 @@ def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_jso
     own code, and the request (command, config, GPU, usage, environment variables,
     KV memory). A tree that changed moments ago has no stable key: no caching.
     """
-    from ..snapcache import tree_key
+    from ..snapshots.cache import tree_key
 
     tree = tree_key(snapshot.src)
     if tree is None or "unsettled" in tree:

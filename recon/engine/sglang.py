@@ -27,8 +27,8 @@ from typing import Any, cast
 
 from .. import progress
 from ..errors import ReconError
-from ..slicing.sandbox import Limits, interpreter_dirs, launch
-from ..snapshot import Snapshot
+from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
+from ..snapshots.model import Snapshot
 from . import server
 from .config import (
     DEFAULT_GPU_COUNT,
@@ -36,6 +36,7 @@ from .config import (
     EngineUsageError,
     cached_result,
     compiled_modules,
+    served_or_cold,
     snapshot_metadata,
     store_result,
 )
@@ -187,7 +188,7 @@ def _digest() -> str:
 def result_key(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
                sandbox: bool) -> str | None:
     """The key of an answer: the snapshot's bytes on disk, the environment, the child, the request."""
-    from ..snapcache import tree_key
+    from ..snapshots.cache import tree_key
 
     tree = tree_key(snapshot.src)
     if tree is None or "unsettled" in tree:
@@ -258,37 +259,21 @@ def _run(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any], timeout:
     argv = [str(renv.python), "-I", "-B", str(CHILD)]
     served = _ask_server(snapshot, renv, request, extra, argv, read_only, limits) \
         if server.enabled() else None
-    stderr = ""
-    if served is not None:
-        data, how, confinement = served.data, served.how, served.confinement
-    else:
+
+    def cold() -> Outcome:
         root = Path(tempfile.mkdtemp(prefix="recon-sglang-"))
         os.chmod(root, 0o755)  # the sandbox may start as nobody
         try:
             work = root / "work"
             work.mkdir(mode=0o700)
             request["model_dir"] = str(work / "model")
-            outcome = launch(argv, request, root=root, work=work, limits=limits,
-                             env=server.child_env(work, extra, "sglang"), slice_files=set(),
-                             read_only=read_only)
+            return launch(argv, request, root=root, work=work, limits=limits,
+                          env=server.child_env(work, extra, "sglang"), slice_files=set(),
+                          read_only=read_only)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        if outcome.timed_out:
-            raise EngineFailed(f"SGLang engine mode ran past {timeout:.0f} s; stderr tail: "
-                               f"{outcome.stderr[-400:]}")
-        data, confinement, stderr = outcome.result, outcome.confinement, outcome.stderr
-        how = "cold" if server.enabled() else "off"
-    try:
-        result = json.loads(data.decode("utf-8"))
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):
-        raise EngineFailed(f"SGLang engine-mode child gave no answer ({how}); "
-                           f"stderr tail: {stderr[-600:].strip()}")
-    result["confinement"] = confinement
-    if isinstance(result.get("seconds"), dict):
-        result["seconds"]["server"] = how
-    return result
+
+    return served_or_cold(served, cold, "SGLang engine mode", timeout)
 
 
 #: what a warm SGLang server is set up with (the rest of a request is the request)
@@ -305,7 +290,7 @@ def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
     bytes, the environment, the child's code, the variables typed before the
     command, the declared GPU and CUDA version.
     """
-    from ..snapcache import tree_key
+    from ..snapshots.cache import tree_key
 
     tree = tree_key(snapshot.src)
     if tree is None or "unsettled" in tree:

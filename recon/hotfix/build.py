@@ -20,7 +20,7 @@ from .. import progress
 from ..diffing.sides import open_side
 from ..errors import ReconError
 from ..index.models import ClassInfo, split_qualname
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from . import proof as proving
 from .derived import patched_snapshot
 from .model import (
@@ -309,7 +309,7 @@ def _has(snap: Snapshot, image: Side, fixed: Side, pieces: list[Piece], plan: Pl
 
 
 def _has_lenient(snap: Snapshot, image: Side, fixed: Side, functions: list[str]) -> list[dict]:
-    from ..has import has_fix
+    from ..diffing.has import has_fix
 
     out = []
     for q in functions:

@@ -10,7 +10,7 @@ Layout::
         verify_hotfix.py    the in-container check (standard library only)
 
 The folder is built in a locked staging folder and renamed into place when
-complete (:mod:`recon.writer`), so a failure never leaves a folder that
+complete (:mod:`recon.acquire.writer`), so a failure never leaves a folder that
 looks finished. ``force`` replaces an existing folder only when it is a
 hotfix folder recon wrote (its ``hotfix.json`` says so, next to
 ``verify_hotfix.py``); anything else is refused in one line. Files are
@@ -25,8 +25,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ..errors import ReconError
-from ..writer import (
+from ..acquire.writer import (
     commit,
     open_output_folder,
     read_small_at,
@@ -36,6 +35,7 @@ from ..writer import (
     write_bytes_at,
     writing,
 )
+from ..errors import ReconError
 from .model import HotfixResult
 from .mount import VERIFY
 from .proof import VERIFY_SOURCE

@@ -24,12 +24,12 @@ import os
 import stat
 from typing import Any
 
+from ..acquire.writer import TreeWriter, commit, staging, write_json
 from ..errors import ReconError
 from ..paths import cache_dir
-from ..snapcache import is_recon_snapshot
-from ..snapshot import MANIFEST, Snapshot
+from ..snapshots.cache import is_recon_snapshot
+from ..snapshots.model import MANIFEST, Snapshot
 from ..version import __version__
-from ..writer import TreeWriter, commit, staging, write_json
 
 SCHEME = "hotfix"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -75,7 +75,7 @@ def _copy_tree(parent: Snapshot, writer: TreeWriter, *, skip: str) -> None:
 
     Files are read folder by folder through one descriptor per folder, each
     opened ``O_NOFOLLOW`` below the snapshot's ``src`` (as
-    :func:`recon.snapshot.read_inside` does per file, without re-walking the
+    :func:`recon.snapshots.model.read_inside` does per file, without re-walking the
     path for each of a release's ~5,000 files).
     """
     by_folder: dict[str, list[tuple[str, dict[str, Any]]]] = {}

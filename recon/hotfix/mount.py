@@ -26,7 +26,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 
 VERIFY = "verify_hotfix.py"
 SITE = "SITE"

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import ReconError
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .model import HotfixRefused
 from .splice import lines_of
 

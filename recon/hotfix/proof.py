@@ -2,7 +2,7 @@
 
 1. **re-indexed**: the patched file is indexed from the patched snapshot on disk
    (not the in-memory overlay) and each piece's normalized AST is the fix's;
-2. **has**: :func:`recon.has.has_fix` (what ``recon has QUALNAME --in PATCHED
+2. **has**: :func:`recon.diffing.has.has_fix` (what ``recon has QUALNAME --in PATCHED
    --fixed-in SOURCE`` runs) answers yes for each piece, with the image's
    release as the unfixed side;
 3. **verify**: ``verify_hotfix.py`` itself, run by this Python on the patched
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ReconError
 from ..index import load_index
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .model import RecipeProof
 from .mount import VERIFY, verify_args
 from .pieces import same_code
@@ -55,7 +55,7 @@ def reindexed(patched: Snapshot, rel: str, pieces: list[str], reference: Side,
 def has_checks(patched: Snapshot, image: Snapshot, fixed: Snapshot, fixed_label: str,
                qualnames: list[str]) -> list[dict[str, Any]]:
     """``recon has Q --in PATCHED --fixed-in FIXED --unfixed IMAGE`` for each function; all yes."""
-    from ..has import has_fix
+    from ..diffing.has import has_fix
 
     out = []
     for q in qualnames:

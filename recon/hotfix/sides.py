@@ -23,7 +23,7 @@ from ..index.models import ClassInfo, FunctionInfo, IndexStats
 from ..index.resolve import Resolver
 from ..index.snapshot_index import SnapshotIndex
 from ..index.visitor import decode_source, index_source, split_lines
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .model import HotfixRefused
 
 _COMPILED = re.compile(r"\.(?:[A-Za-z0-9_-]+\.)?(?:so|pyd|pyc)$")

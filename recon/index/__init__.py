@@ -15,7 +15,7 @@ Public API (other parts of recon build on these names)::
     idx.modules[m].constants["NIXL_CONNECTOR_VERSION"]  # ClassField("int", "15", 55): module-body ones
 
 Name resolution (imports, re-exports, MRO, annotations) is
-:class:`recon.index.resolve.Resolver`; the call graph is :mod:`recon.graph`.
+:class:`recon.index.resolve.Resolver`; the call graph is :mod:`recon.index.graph`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import progress
 from ..errors import ReconError
-from ..snapshot import FileRecord, Snapshot, read_inside
+from ..snapshots.model import FileRecord, Snapshot, read_inside
 from .cache import IndexCache, decode, default_root, encode, new_pack_name, write_pack
 from .models import IndexStats
 from .snapshot_index import SnapshotIndex, assemble

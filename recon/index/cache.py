@@ -15,7 +15,7 @@ pack. One file per record was measured first: writing 3,231 small files
 cost 2 s of CPU (mostly system time) against 7 s for parsing them, a quarter
 of a cold index; 16 packs cost almost nothing, and a warm load reads 16
 files instead of 3,231. Everything is written through
-:func:`recon.writer.write_text` (temporary file + rename), so a reader never
+:func:`recon.acquire.writer.write_text` (temporary file + rename), so a reader never
 sees half a pack. Concurrent indexers may lose each other's catalog
 entries (last writer wins): that only costs a re-parse later. A missing or
 corrupt pack is a miss.
@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..acquire.writer import write_text
 from ..paths import cache_dir
-from ..writer import write_text
 from .visitor import RECORD_VERSION
 
 CATALOG = "catalog.json"

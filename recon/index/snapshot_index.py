@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .models import (
     ClassField,
     ClassInfo,

@@ -33,7 +33,7 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
             engine: str | None = None) -> LogReport:
     """Parse a log, find traps, and (with ``snapshot``) compare with the recipes' answers.
 
-    ``snapshot`` is a :class:`~recon.snapshot.Snapshot`, a snapshot name/path or
+    ``snapshot`` is a :class:`~recon.snapshots.model.Snapshot`, a snapshot name/path or
     any SOURCE (``pip:vllm==0.33.0``); with ``config`` or ``flags`` and no
     snapshot, the release the log names is fetched (``pip:vllm==<its version>``) and
     the report says so. Without ``flags`` the flags come from the log's own argument
@@ -59,8 +59,8 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         return report
     from ..recipes import parse_flags
     from ..recipes.base import options_read
-    from ..snapcache import ensure_snapshot
-    from ..snapshot import Snapshot
+    from ..snapshots.cache import ensure_snapshot
+    from ..snapshots.model import Snapshot
 
     snap = snapshot if isinstance(snapshot, Snapshot) else ensure_snapshot(str(snapshot))
     report.snapshot = snap.name

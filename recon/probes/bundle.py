@@ -8,7 +8,7 @@ Layout::
         probe.json              the spec
         README.md               ready lines for docker run, docker compose and Kubernetes
 
-Everything goes through :mod:`recon.writer` (staged folder, renamed into place
+Everything goes through :mod:`recon.acquire.writer` (staged folder, renamed into place
 when complete), so a failed ``recon probe new`` never leaves half a bundle.
 """
 
@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..acquire.writer import staged_dir, write_json, write_text
 from ..errors import ReconError
-from ..snapshot import Snapshot
-from ..writer import staged_dir, write_json, write_text
+from ..snapshots.model import Snapshot
 from .readme import render_readme
 from .spec import ProbeSpec
 from .validate import TargetCheck, validate_targets

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 
 
 class LookupProblem(Exception):

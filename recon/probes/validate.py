@@ -19,7 +19,7 @@ import builtins
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .lookup import AstLookup, IndexLookup, LookupProblem
 from .spec import ProbeSpec, TargetSpec
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import require_package
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .base import (
     Finding,
     NotApplicable,

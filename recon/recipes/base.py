@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .flags import ServeFlags
 
 
@@ -275,7 +275,7 @@ class RecipeContext:
 
     def functions_with_text(self, pattern: str, *, within: str | None = None) -> list[str]:
         """Qualnames of functions whose source matches ``pattern`` (a regex), e.g. a log message."""
-        from ..find import find_regex
+        from ..index.find import find_regex
 
         hits = find_regex(self.index, pattern, within=within)
         names: list[str] = []

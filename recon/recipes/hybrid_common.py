@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..acquire.writer import write_text
 from ..errors import ReconError
-from ..writer import write_text
 from .base import Provenance, RecipeContext
 
 #: prefix of the marker lines the child helpers print

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..acquire.writer import write_text
 from ..errors import ReconError
-from ..writer import write_text
 from .base import Provenance, RecipeContext
 
 #: Code run in the child (standard library only); see the module docstring.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..snapshot import Snapshot
+from ..snapshots.model import Snapshot
 from .closure import ClosureResult, KeptModule, pieces, suggest_budget
 from .units import ModuleModel
 

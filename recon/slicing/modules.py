@@ -12,7 +12,7 @@ import os
 
 from ..errors import ReconError
 from ..index.visitor import MAX_MODULE_BYTES
-from ..snapshot import Snapshot, read_inside
+from ..snapshots.model import Snapshot, read_inside
 from .units import ModuleModel, parse_module
 
 _CACHE: dict[tuple[str, int, int], ModuleModel] = {}

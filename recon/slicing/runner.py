@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..acquire.writer import write_text
 from ..errors import ReconError, require_package
-from ..snapshot import Snapshot
-from ..writer import write_text
+from ..snapshots.model import Snapshot
 from .closure import DEFAULT_BUDGET
 from .result import (
     Mutation,

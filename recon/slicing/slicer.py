@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..acquire.writer import write_text
 from ..errors import ReconError
-from ..snapshot import Snapshot
-from ..writer import write_text
+from ..snapshots.model import Snapshot
 from .closure import DEFAULT_BUDGET, compute_closure, cut_hint, pieces, suggest_budget
 from .emit import render
 from .modules import ModuleSet

@@ -36,7 +36,7 @@ from typing import Any
 
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
-from ...snapshot import Snapshot
+from ...snapshots.model import Snapshot
 from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
 from ..flags import ServeFlags
 from ..options import opt_int
@@ -281,7 +281,7 @@ def _compare(ctx: RecipeContext, setup: Setup) -> ReleaseAnswer | None:
     source = ctx.options.get("compare")
     if not source:
         return None
-    from ...snapcache import ensure_snapshot
+    from ...snapshots.cache import ensure_snapshot
     from ..base import RecipeContext as Ctx
 
     snap = source if isinstance(source, Snapshot) else ensure_snapshot(str(source))

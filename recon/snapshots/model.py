@@ -1,0 +1,207 @@
+"""The snapshot: a folder of engine source plus a manifest that says where each file came from.
+
+Layout::
+
+    snapshots/<name>/
+        manifest.json     provenance (source, image config, layers, per-file sha256/layer)
+        src/<package>/... the files, byte-exact, symlinks kept as links
+
+Everything downstream (index, chain, slice, run, diff, probes) reads a
+:class:`Snapshot`; nothing downstream cares which source scheme produced it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReconError
+from ..paths import cache_dir, snapshots_dir
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of the snapshot, as the manifest records it."""
+
+    path: str  # relative to src/, e.g. "vllm/config/compilation.py"
+    sha256: str | None  # None for symlinks
+    size: int
+    layer: int | None  # index into manifest["layers"]; None when the source has no layers
+    kind: str = "file"  # "file" | "symlink"
+    target: str | None = None  # symlink target, as stored in the image
+
+    @classmethod
+    def from_json(cls, path: str, rec: dict[str, Any]) -> FileRecord:
+        return cls(path=path, sha256=rec.get("sha256"), size=int(rec.get("size", 0)),
+                   layer=rec.get("layer"), kind=rec.get("kind", "file"), target=rec.get("target"))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "size": self.size}
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        if self.layer is not None:
+            out["layer"] = self.layer
+        if self.target is not None:
+            out["target"] = self.target
+        return out
+
+
+@dataclass
+class Snapshot:
+    """An opened snapshot folder (read-only view)."""
+
+    root: Path
+    manifest: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def open(cls, ref: str | Path) -> Snapshot:
+        """Open by path, or by name: the default snapshots folder, then the cache that
+        ``run``/``diff``/``recipe`` fill, so a name one verb printed opens in every other."""
+        candidates = [Path(ref)]
+        if not Path(ref).is_absolute():
+            candidates.append(snapshots_dir() / str(ref))
+        if "/" not in str(ref) and not str(ref).startswith("."):
+            candidates.append(cache_dir() / "snapshots" / str(ref))
+        for cand in candidates:
+            man = cand / MANIFEST
+            if man.is_file():
+                try:
+                    data = json.loads(man.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as err:
+                    raise ReconError(f"unreadable manifest: {err}", where=str(man)) from err
+                return cls(root=cand.resolve(), manifest=data)
+        raise ReconError(f"no snapshot named {str(ref)!r} (looked for {MANIFEST} in "
+                         + ", ".join(str(c) for c in candidates) + ")")
+
+    # -- identity -------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name") or self.root.name)
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
+    @property
+    def package(self) -> str:
+        return str(self.manifest["package"]["name"])
+
+    @property
+    def version(self) -> str | None:
+        return self.manifest["package"].get("version")
+
+    @property
+    def label(self) -> str:
+        """Short human label used in reports: ``vllm 0.33.0 (name)``."""
+        ver = self.version or "?"
+        return f"{self.package} {ver} ({self.name})"
+
+    # -- files ----------------------------------------------------------------
+    @cached_property
+    def files(self) -> dict[str, FileRecord]:
+        """Every file's record, built once per opened snapshot (the manifest is read-only)."""
+        recs = self.manifest.get("files", {})
+        return {p: FileRecord.from_json(p, r) for p, r in recs.items()}
+
+    def python_files(self) -> Iterator[FileRecord]:
+        """Regular ``.py`` files in path order (what the index parses)."""
+        for path, rec in sorted(self.manifest.get("files", {}).items()):
+            if path.endswith(".py") and rec.get("kind", "file") == "file":
+                yield FileRecord.from_json(path, rec)
+
+    def path(self, rel: str) -> Path:
+        return self.src / rel
+
+    def read_bytes(self, rel: str) -> bytes:
+        """The bytes of a file of the snapshot, never through a link (:func:`read_inside`)."""
+        if rel not in self.manifest.get("files", {}):
+            raise ReconError(f"{rel} is not in snapshot {self.name}")
+        return read_inside(self.src, rel)
+
+    def read_text(self, rel: str) -> str:
+        return self.read_bytes(rel).decode("utf-8", errors="surrogateescape")
+
+    def module_path(self, module: str) -> str | None:
+        """``vllm.config.compilation`` -> ``vllm/config/compilation.py`` (or package __init__).
+
+        A package wins over a module of the same name, as in Python's import system
+        and in the index.
+        """
+        base = module.replace(".", "/")
+        files = self.manifest.get("files", {})
+        for cand in (f"{base}/__init__.py", f"{base}.py"):
+            if cand in files:
+                return cand
+        return None
+
+    def layer_of(self, rel: str) -> dict[str, Any] | None:
+        rec = self.manifest.get("files", {}).get(rel)
+        if not rec or rec.get("layer") is None:
+            return None
+        return self.manifest.get("layers", [])[rec["layer"]]
+
+
+def list_snapshots(base: Path | None = None) -> list[Snapshot]:
+    """Every complete snapshot under ``base`` (partial folders have no manifest)."""
+    base = Path(base) if base else snapshots_dir()
+    if not base.is_dir():
+        return []
+    out = []
+    for child in sorted(base.iterdir()):
+        if child.name.startswith("."):
+            continue
+        if (child / MANIFEST).is_file():
+            try:
+                out.append(Snapshot.open(child))
+            except ReconError:
+                continue
+    return out
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def read_inside(root: str | Path, rel: str) -> bytes:
+    """Read the regular file ``rel`` under ``root``, opening each component with ``O_NOFOLLOW``.
+
+    A snapshot folder can be edited after recon wrote it (or come from someone else): a file or
+    folder swapped for a link to a host path must make every reader fail, never read the host.
+    """
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ReconError(f"{rel!r} is not a path inside the snapshot")
+    fd = _open_at(os.fspath(root), _DIR_FLAGS, None, rel)
+    try:
+        for part in parts[:-1]:
+            nxt = _open_at(part, _DIR_FLAGS, fd, rel)
+            os.close(fd)
+            fd = nxt
+        leaf = _open_at(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, fd, rel)
+    finally:
+        os.close(fd)
+    with os.fdopen(leaf, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ReconError(f"{rel} in {root} is not a regular file (the snapshot folder was "
+                             "changed after recon wrote it; `recon snapshot verify` says how)")
+        return fh.read()
+
+
+def _open_at(name: str, flags: int, dir_fd: int | None, rel: str) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ReconError(f"{rel}: {name!r} is a link or not a folder inside the snapshot (the "
+                             "snapshot folder was changed after recon wrote it; `recon snapshot "
+                             "verify` says how)") from err
+        raise ReconError(f"cannot read {rel} of the snapshot: {err.strerror}") from err
