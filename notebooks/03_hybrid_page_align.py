@@ -36,7 +36,7 @@ from recon.recipes import run_recipe
 from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:vllm==0.33.0")
-RELEASE = f"{snap.manifest['package']['name']} {snap.manifest['package']['version']}"
+RELEASE = f"{snap.package} {snap.version}"
 # `example:NAME` is a config.json shipped with recon (package data), found from any folder.
 # checkpoint_alignment: the token alignment of the prefill checkpoints the model's mamba
 # layers export in align mode (Qwen3-Next's GDN layers under FlashInfer's prefill on

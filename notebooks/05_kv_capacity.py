@@ -35,7 +35,7 @@ from recon.recipes import run_recipe
 from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:vllm==0.33.0")
-RELEASE = f"{snap.manifest['package']['name']} {snap.manifest['package']['version']}"
+RELEASE = f"{snap.package} {snap.version}"
 # `example:NAME` is a config.json shipped with recon (package data), found from any folder.
 # Slicing mode reads prefix caching from the flags only; vLLM 0.33.0 turns it on by
 # default for Qwen3-Next (mamba align mode, a different block size: notebook 03), so the

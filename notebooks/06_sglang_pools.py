@@ -41,7 +41,7 @@ from recon.recipes import run_recipe
 from recon.snapshots.cache import ensure_snapshot
 
 snap = ensure_snapshot("pip:sglang==0.5.23")
-RELEASE = f"{snap.manifest['package']['name']} {snap.manifest['package']['version']}"
+RELEASE = f"{snap.package} {snap.version}"
 PRE_LOAD_GB = 78.0                   # 'Load weight begin. avail mem=' on an 80 GB H100
 AVAILABLE_GB = [30, 40, 50, 60, 70]  # 'Load weight end. avail mem=' after the weights
 FIGURES = Path(tempfile.gettempdir())

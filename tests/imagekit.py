@@ -246,7 +246,7 @@ def snapshot_listed_fingerprint(snap: Any) -> dict[str, tuple[str, str]]:
     package (never written into a snapshot): what an unpacked image shows for the package."""
     pkg = snap.package
     out = snapshot_fingerprint(snap)
-    for rel, rec in snap.manifest.get("skipped", {}).items():
+    for rel, rec in snap.manifest.skipped.items():
         if rec.get("kind") == "symlink":
             out[rel[len(pkg) + 1:]] = ("symlink", rec["target"])
     return out

@@ -61,7 +61,7 @@ def test_dir_source_is_snapshotted_again_when_a_file_under_it_changes(cache: Pat
     assert first.read_text(MOD) == "def step():\n    return 1\n"
     again = ensure_snapshot(f"dir:{site}")
     assert again.root == first.root  # nothing changed: reused, not taken again
-    assert again.manifest["created"] == first.manifest["created"]
+    assert again.manifest.created == first.manifest.created
 
     # a nested edit leaves the top folder's size and mtime alone (the old key) and, here, the
     # file's own size and mtime too

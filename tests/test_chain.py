@@ -151,10 +151,10 @@ def test_keep_writes_a_pruned_snapshot(vidx: SnapshotIndex, tmp_path: Path) -> N
         assert data == parent.read_bytes(rel)
         assert hashlib.sha256(data).hexdigest() == rec.sha256 == parent.files[rel].sha256
         assert rec.layer == parent.files[rel].layer
-    assert kept.manifest["parent"]["name"] == parent.name
-    assert kept.manifest["parent"]["path"] == str(parent.root)
-    assert kept.manifest["selection"]["chain"]["target"] == ALIGN
-    assert kept.manifest["source"] == parent.manifest["source"]
+    assert kept.manifest.parent["name"] == parent.name
+    assert kept.manifest.parent["path"] == str(parent.root)
+    assert kept.manifest.selection["chain"]["target"] == ALIGN
+    assert kept.manifest.source == parent.manifest.source
     # the pruned snapshot is a snapshot: it indexes, and the target is there
     small = load_index(kept)
     assert small.lookup(ALIGN).ast_hash == vidx.lookup(ALIGN).ast_hash

@@ -75,14 +75,14 @@ def test_keep_out_writes_a_new_snapshot_inside_and_force_spares_the_rest(holder:
     assert code == 0, out
     kept = Snapshot.open(holder / KEPT)
     assert sorted(kept.files) == ["vllm/engine.py", "vllm/kernels.py"]
-    assert kept.manifest["parent"]["name"] == "parent"
+    assert kept.manifest.parent["name"] == "parent"
     assert json.loads(out)["kept"]["path"] == str(kept.root)
     _untouched(holder)
     code, out = _keep(holder)
     assert code != 0 and "already exists" in out and "--force" in out
     code, out = _keep(holder, "--force")  # replaces the kept snapshot, and only it
     assert code == 0, out
-    assert Snapshot.open(holder / KEPT).manifest["created"]
+    assert Snapshot.open(holder / KEPT).manifest.created
     _untouched(holder)
     assert sorted(p.name for p in holder.iterdir()) == ["notes.txt", "other", "parent", KEPT]
 

@@ -94,12 +94,12 @@ def test_a_package_root_through_a_link_moves_no_host_folder(tmp_path: Path, host
     out = tmp_path / "out"
     snap = take_snapshot(f"docker-archive:{_link_image(tmp_path, host, '1.0')}", out=out)
     assert snap.version == "1.0"
-    assert snap.manifest["package"]["real_path"] == f"/{V}"
+    assert snap.manifest.package.real_path == f"/{V}"
     assert set(snap.files) == {"vllm/__init__.py", "vllm/sub/keep.py"}
     # a link out of the package is listed, never written: no later reader can follow it
-    assert snap.manifest["skipped"] == {"vllm/link": {"size": 0, "layer": 1, "kind": "symlink",
-                                                      "target": str(host),
-                                                      "reason": "points outside the package"}}
+    assert {p: r.to_json() for p, r in snap.manifest.skipped.items()} == {
+        "vllm/link": {"size": 0, "layer": 1, "kind": "symlink", "target": str(host),
+                      "reason": "points outside the package"}}
     assert not os.path.lexists(snap.src / "vllm/link")
     assert [p.name for p in out.iterdir()] == [snap.name]
 
@@ -157,7 +157,7 @@ def test_only_links_that_stay_inside_the_package_are_written(tmp_path: Path, tar
     climb out through a link (``sub/../..``); ``..`` first climbs real folders only."""
     top = LayerBuilder(tmp_path / "l1.tar").symlink(f"{V}/a/l", target).file(f"{V}/a/x.py", b"")
     snap = take_snapshot(f"docker-archive:{_archive(tmp_path, _base(tmp_path), top)}", out=tmp_path / "o")
-    assert ("vllm/a/l" in snap.files) is kept and ("vllm/a/l" in snap.manifest["skipped"]) is not kept
+    assert ("vllm/a/l" in snap.files) is kept and ("vllm/a/l" in snap.manifest.skipped) is not kept
     assert os.path.lexists(snap.src / "vllm/a/l") is kept
     if kept:
         assert os.readlink(snap.src / "vllm/a/l") == target

@@ -74,7 +74,7 @@ def _argv(flags: str) -> list[str]:
 
 def _compiled(snapshot: Snapshot) -> list[str]:
     """The snapshot's compiled modules, from its manifest: every ``.so`` listed or skipped."""
-    paths = [*snapshot.manifest.get("files", {}), *snapshot.manifest.get("skipped", {})]
+    paths = [*snapshot.manifest.files, *snapshot.manifest.skipped]
     names = []
     for path in paths:
         if path.endswith(".so"):

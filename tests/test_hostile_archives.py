@@ -182,7 +182,7 @@ def test_duplicate_entries_last_one_wins(tmp_path: Path) -> None:
     archive = write_docker_archive(src / "img.tar", [_base(src), src / "top.tar"])
     snap = take_snapshot(f"docker-archive:{archive}", out=tmp_path / "out")
     assert (snap.src / "vllm/dup.py").read_bytes() == b"last\n"
-    assert snap.manifest["stats"]["duplicate_entries"] == 2
+    assert snap.manifest.stats["duplicate_entries"] == 2
 
 
 def test_missing_archive(tmp_path: Path) -> None:

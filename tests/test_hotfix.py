@@ -123,10 +123,10 @@ def test_patched_snapshot_is_a_real_snapshot(field: HotfixResult, v029: Snapshot
                                              v032: Snapshot) -> None:
     snap = Snapshot.open(field.patched_snapshot["name"])  # by name, as the README says
     assert snap.root == Path(field.patched_snapshot["path"])
-    assert snap.manifest["parent"]["name"] == v029.name
-    assert snap.manifest["source"]["scheme"] == "hotfix"
-    assert snap.manifest["files"][REL]["hotfix"] is True
-    assert snap.manifest["files"][REL]["sha256"] == field.patched["sha256"]
+    assert snap.manifest.parent["name"] == v029.name
+    assert snap.manifest.source["scheme"] == "hotfix"
+    assert snap.manifest.files[REL].hotfix is True
+    assert snap.manifest.files[REL].sha256 == field.patched["sha256"]
     assert len(snap.files) == len(v029.files)
     assert verify_snapshot(snap).ok
     # the library behind `recon has`: yes on the patched snapshot, no on the image

@@ -82,11 +82,11 @@ def test_venv_first_on_path_wins(tmp_path: Path, source: Callable[[Path], str],
     ref = source(_image(tmp_path, build, [PATH_VENV]))
     snap = take_snapshot(ref, out=tmp_path / "o")
     assert snap.version == "0.33.0"
-    assert snap.manifest["package"]["import_root"] == f"/{VENV}/vllm"
-    assert snap.manifest["package"]["other_copies"] == [f"/{SYS}/vllm"]
-    assert snap.manifest["python"]["venv"] == "/opt/venv"
-    assert snap.manifest["python"]["executable"] == "/opt/venv/bin/python3"
-    assert snap.manifest["python"]["version"] == "3.12"
+    assert snap.manifest.package.import_root == f"/{VENV}/vllm"
+    assert snap.manifest.package.other_copies == [f"/{SYS}/vllm"]
+    assert snap.manifest.python.venv == "/opt/venv"
+    assert snap.manifest.python.executable == "/opt/venv/bin/python3"
+    assert snap.manifest.python.version == "3.12"
     # the same image with the system python first on PATH takes the system copy
     snap2 = take_snapshot(ref, out=tmp_path / "o2", python="/usr/local/bin/python3")
     assert snap2.version == "0.32.0"
@@ -106,9 +106,9 @@ def test_pythonpath_beats_site_packages(tmp_path: Path, source: Callable[[Path],
 
     img = _image(tmp_path, build, [PATH_SYS, "PYTHONPATH=/workspace/vllm-src"])
     snap = take_snapshot(source(img), out=tmp_path / "o")
-    assert snap.manifest["package"]["import_root"] == "/workspace/vllm-src/vllm"
+    assert snap.manifest.package.import_root == "/workspace/vllm-src/vllm"
     assert snap.version == "0.34.0.dev0"  # its own __init__, not the other copy's dist-info
-    assert "/" + SYS + "/vllm" in snap.manifest["package"]["other_copies"]
+    assert "/" + SYS + "/vllm" in snap.manifest.package.other_copies
 
 
 def test_editable_install_through_a_pth_file(tmp_path: Path, source: Callable[[Path], str]) -> None:
@@ -124,7 +124,7 @@ def test_editable_install_through_a_pth_file(tmp_path: Path, source: Callable[[P
     for read in reads:  # --package-only finds no package folder by name: it reads the site folder
         snap = take_snapshot(ref, out=tmp_path / read, docker_read=read)
         assert snap.package == "sglang"
-        assert snap.manifest["package"]["import_root"] == "/sgl-workspace/sglang/python/sglang"
+        assert snap.manifest.package.import_root == "/sgl-workspace/sglang/python/sglang"
         assert set(snap.files) == {"sglang/__init__.py", "sglang/version.py"}
         assert snap.version == "0.5.23"
 
@@ -137,7 +137,7 @@ def test_package_folder_that_is_a_symlink(tmp_path: Path, source: Callable[[Path
 
     snap = take_snapshot(source(_image(tmp_path, build, [PATH_SYS])), out=tmp_path / "o")
     assert set(snap.files) == {"vllm/__init__.py", "vllm/envs.py"}
-    assert snap.manifest["package"]["real_path"] == "/opt/engine/vllm"
+    assert snap.manifest.package.real_path == "/opt/engine/vllm"
 
 
 def test_two_copies_off_the_path_need_python(tmp_path: Path, source: Callable[[Path], str]) -> None:

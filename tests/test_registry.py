@@ -194,9 +194,9 @@ def test_every_format_equals_the_archive_file_by_file(pushed: dict[str, Any], bu
     assert files["vllm/v1"].kind == "file" and not [p for p in files if p.startswith("vllm/v1/")]
     # an absolute link would resolve on the host: listed with its target, never written
     assert "vllm/abs_link.py" not in files
-    assert want.manifest["skipped"]["vllm/abs_link.py"]["target"] == f"/{V}/version.py"
+    assert want.manifest.skipped["vllm/abs_link.py"].target == f"/{V}/version.py"
     assert (want.src / "vllm/hl_link.py").read_bytes() == HL and "vllm/hl_target.py" not in files
-    assert "vllm/_fake.abi3.so" not in files and "vllm/_fake.abi3.so" in want.manifest["skipped"]
+    assert "vllm/_fake.abi3.so" not in files and "vllm/_fake.abi3.so" in want.manifest.skipped
     assert want.version == "0.33.0"
     for fmt in FORMATS:
         reset_transfers()
@@ -205,15 +205,15 @@ def test_every_format_equals_the_archive_file_by_file(pushed: dict[str, Any], bu
         assert snapshot_fingerprint(snap) == tree_fingerprint(snap.src / "vllm"), fmt
         assert snap.version == "0.33.0", fmt
         m = snap.manifest
-        assert m["image"]["env"] == built["env"], fmt
-        assert m["source"]["scheme"] == "registry" and m["source"]["repository"] == "recon/vllm"
-        assert m["source"]["digest"].startswith("sha256:")
+        assert m.image["env"] == built["env"], fmt
+        assert m.source["scheme"] == "registry" and m.source["repository"] == "recon/vllm"
+        assert m.source["digest"].startswith("sha256:")
         media = {"docker-v2": "application/vnd.docker.image.rootfs.diff.tar.gzip"}.get(fmt)
         if media:
-            assert {ly["media_type"] for ly in m["layers"]} == {media}
-        assert m["distributions"] == want.manifest["distributions"], fmt
-        assert len(m["layers"]) == 4
-        lazy = {ly.get("format") for ly in m["layers"]}
+            assert {ly["media_type"] for ly in m.layers} == {media}
+        assert m.distributions == want.manifest.distributions, fmt
+        assert len(m.layers) == 4
+        lazy = {ly.get("format") for ly in m.layers}
         assert lazy == ({fmt} if fmt in ("estargz", "zstd:chunked") else {None}), fmt
 
 
@@ -247,7 +247,7 @@ def test_zstd_chunked_written_to_the_format(pushed: dict[str, Any], built: dict[
     lazy = take_snapshot(f"registry:{registry.host}/recon/vllm:zc-spec", out=d / "lazy")
     whole = take_snapshot(f"oci:{layout}", out=d / "whole")
     assert _files(lazy) == _files(want) == _files(whole)
-    assert {ly.get("read") for ly in lazy.manifest["layers"]} == {"lazy"}
+    assert {ly.get("read") for ly in lazy.manifest.layers} == {"lazy"}
 
 
 @pytest.mark.parametrize("fmt", ["estargz", "zstd:chunked"])
@@ -272,7 +272,7 @@ def test_lazy_formats_read_a_fraction_and_the_warm_cache_nothing(
     assert warm.requests == 1 and warm.bytes < 4096, warm  # the tag's manifest, nothing else
     assert _files(again) == _files(snap)
     # pinned by digest: the manifest comes from the cache too; not one request
-    pinned = f"{pushed['refs'][fmt]}@{snap.manifest['source']['digest']}".replace(
+    pinned = f"{pushed['refs'][fmt]}@{snap.manifest.source['digest']}".replace(
         ":" + fmt.replace(":", "-") + "@", "@")
     third = take_snapshot(pinned, out=tmp_path / "pinned")
     assert reset_transfers().requests == 0
@@ -339,7 +339,7 @@ def test_a_big_executable_is_peeked_at_not_fetched(fmt: str, registry: Registry,
     served = registry.bytes_served()
     snap = take_snapshot(ref, out=d / "default")
     cold = reset_transfers()
-    assert "vllm/vllm-rs" not in snap.files and "vllm/vllm-rs" in snap.manifest["skipped"]
+    assert "vllm/vllm-rs" not in snap.files and "vllm/vllm-rs" in snap.manifest.skipped
     assert snap.version == "3.0.0"
     for name, data in mods.items():
         assert (snap.src / "vllm" / name.rpartition("/")[2]).read_bytes() == data
@@ -379,7 +379,7 @@ def test_a_big_file_that_lies_fails_when_read_whole(registry: Registry, tmp_path
     skopeo_copy(f"oci:{layout}:latest", f"docker://{registry.host}/recon/elf-liar:1", "--preserve-digests")
     ref = f"registry:{registry.host}/recon/elf-liar:1"
     snap = take_snapshot(ref, out=d / "default")
-    assert "vllm/vllm-rs" in snap.manifest["skipped"] and snap.version == "3.0.1"
+    assert "vllm/vllm-rs" in snap.manifest.skipped and snap.version == "3.0.1"
     out = d / "all"
     with pytest.raises(ReconError, match="vllm-rs: content does not match its digest") as err:
         take_snapshot(ref, out=out, all_files=True)
@@ -530,8 +530,8 @@ def test_platform_choice_from_an_index(registry: Registry, tmp_path: Path) -> No
     ref = f"registry:{registry.host}/recon/multi:1"
     amd = take_snapshot(ref, out=d / "a")
     assert (amd.src / "vllm/arch.py").read_text() == "ARCH = 'amd64'\n"
-    assert amd.manifest["source"]["platform"] == "linux/amd64"
-    assert amd.manifest["source"]["index_digest"].startswith("sha256:")
+    assert amd.manifest.source["platform"] == "linux/amd64"
+    assert amd.manifest.source["index_digest"].startswith("sha256:")
     arm = take_snapshot(ref, out=d / "b", platform="linux/arm64")
     assert (arm.src / "vllm/arch.py").read_text() == "ARCH = 'arm64'\n"
     with pytest.raises(ReconError, match="linux/s390x is not in this image.*linux/amd64, linux/arm64"):

@@ -160,7 +160,7 @@ def test_hand_built_archive_has_the_crafted_cases(built: dict[str, object], tmp_
     # a link inside the package is kept as a link; an absolute target would resolve on the host,
     # so it is listed as skipped with its target, untouched, and never written
     assert "vllm/abs_link.py" not in files and not (snap.src / "vllm/abs_link.py").is_symlink()
-    assert snap.manifest["skipped"]["vllm/abs_link.py"]["target"] == f"/{V}/envs.py"
+    assert snap.manifest.skipped["vllm/abs_link.py"].target == f"/{V}/envs.py"
     assert (snap.src / "vllm/rel_link.py").is_symlink()
     # hardlink keeps its content although layer 4 deleted the target
     assert "vllm/hl_target.py" not in files
@@ -169,15 +169,15 @@ def test_hand_built_archive_has_the_crafted_cases(built: dict[str, object], tmp_
     assert not [p for p in files if ".wh." in p]
     # image metadata, python and distributions
     m = snap.manifest
-    assert m["image"]["env"] == built["env"]
-    assert m["image"]["working_dir"] == "/workspace"
-    assert m["python"]["version"] == "3.12"
-    assert m["python"]["executable"] == "/usr/local/bin/python3"
-    assert m["package"]["import_root"] == f"/{V}"
-    dists = {d["name"]: d["version"] for d in m["distributions"]}
+    assert m.image["env"] == built["env"]
+    assert m.image["working_dir"] == "/workspace"
+    assert m.python.version == "3.12"
+    assert m.python.executable == "/usr/local/bin/python3"
+    assert m.package.import_root == f"/{V}"
+    dists = {d["name"]: d["version"] for d in m.distributions}
     assert dists == {"vllm": "0.33.0", "sglang": "0.5.23"}
     assert snap.version == "0.33.0"
-    assert len(m["layers"]) == 5
+    assert len(m.layers) == 5
 
 
 def test_sglang_from_the_same_image(built: dict[str, object], tmp_path: Path) -> None:
@@ -214,10 +214,10 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
         first = first or snap
         # the same interpreter, import root and installed distributions, whichever way it was read
         # (the engine's merged view cannot say which layer a distribution came from)
-        assert snap.manifest["python"] == first.manifest["python"], label
-        assert [{k: v for k, v in d.items() if k != "layer"} for d in snap.manifest["distributions"]] == \
-            [{k: v for k, v in d.items() if k != "layer"} for d in first.manifest["distributions"]], label
-        assert snap.manifest["package"] == first.manifest["package"], label
+        assert snap.manifest.python == first.manifest.python, label
+        assert [{k: v for k, v in d.items() if k != "layer"} for d in snap.manifest.distributions] == \
+            [{k: v for k, v in d.items() if k != "layer"} for d in first.manifest.distributions], label
+        assert snap.manifest.package == first.manifest.package, label
         got = snapshot_listed_fingerprint(snap)  # links out of the package: listed, not written
         missing = sorted(set(umoci_tree) - set(got))[:5]
         extra = sorted(set(got) - set(umoci_tree))[:5]
@@ -225,7 +225,7 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
         diff = [k for k in umoci_tree if umoci_tree[k] != got[k]][:5]
         assert not diff, (label, diff)
         assert snap.version == "0.33.0", label
-        assert snap.manifest["image"]["env"] == built["env"], label
+        assert snap.manifest.image["env"] == built["env"], label
 
 
 @pytest.mark.docker
@@ -342,13 +342,13 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
     assert {p: r.layer for p, r in snap.files.items()} == {p: r.layer for p, r in ref.files.items()}
     assert snap.files["vllm/config/compilation.py"].layer == 3
     assert snap.files["vllm/envs.py"].layer == 1
-    assert snap.manifest["source"]["ref"] == f"docker:{loaded}"
-    assert snap.manifest["source"]["digest"] == docker_client.images.get(loaded).id
-    assert [ly["diff_id"] for ly in snap.manifest["layers"]] == \
+    assert snap.manifest.source["ref"] == f"docker:{loaded}"
+    assert snap.manifest.source["digest"] == docker_client.images.get(loaded).id
+    assert [ly["diff_id"] for ly in snap.manifest.layers] == \
         docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
     assert {c.id for c in docker_client.containers.list(all=True)} == before
     assert not list((cache_dir() / "tmp").glob("docker-save-*"))
-    assert snap.manifest["source"]["read"] == "docker save"
+    assert snap.manifest.source["read"] == "docker save"
     with pytest.raises(ReconError, match="--layers is for docker: sources"):
         take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "x", docker_read="layers")
 
@@ -367,22 +367,22 @@ def test_engine_source_in_place_reads_the_layer_folders(built: dict[str, object]
     assert {c.id for c in docker_client.containers.list(all=True)} == before
     ref = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "archive", package="vllm")
     assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
-    assert snap.manifest["distributions"] == ref.manifest["distributions"] or \
-        [d["name"] for d in snap.manifest["distributions"]] == \
-        [d["name"] for d in ref.manifest["distributions"]]
+    assert snap.manifest.distributions == ref.manifest.distributions or \
+        [d["name"] for d in snap.manifest.distributions] == \
+        [d["name"] for d in ref.manifest.distributions]
     driver = docker_client.info()["Driver"]
-    assert snap.manifest["source"]["read"].startswith(f"layer folders in place ({driver}")
+    assert snap.manifest.source["read"].startswith(f"layer folders in place ({driver}")
     assert "start" in events and "done" in events
     if driver == "overlay2":
         assert {p: r.layer for p, r in snap.files.items()} == {p: r.layer for p, r in ref.files.items()}
         assert snap.files["vllm/config/compilation.py"].layer == 3
-        assert [ly["diff_id"] for ly in snap.manifest["layers"]] == \
+        assert [ly["diff_id"] for ly in snap.manifest.layers] == \
             docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
         # each layer's size from the engine's layer database; they add up to the image's
-        assert sum(ly["size"] for ly in snap.manifest["layers"]) == \
+        assert sum(ly["size"] for ly in snap.manifest.layers) == \
             docker_client.images.get(loaded).attrs["Size"]
     else:
-        assert len(snap.manifest["layers"]) == 1
+        assert len(snap.manifest.layers) == 1
 
 
 @pytest.mark.docker
@@ -395,9 +395,9 @@ def test_engine_source_package_only(loaded: str, umoci_tree: dict[str, tuple[str
                          engine_view=True)
     assert snapshot_listed_fingerprint(snap) == umoci_tree
     assert snap.version == "0.33.0"
-    assert snap.manifest["source"]["read"] == "package folders only"
-    assert snap.manifest["distributions"] == []
-    assert snap.manifest["python"]["executable"] == "/usr/local/bin/python3"
+    assert snap.manifest.source["read"] == "package folders only"
+    assert snap.manifest.distributions == []
+    assert snap.manifest.python.executable == "/usr/local/bin/python3"
     with pytest.raises(ReconError, match="--package-only is for docker: sources"):
         take_snapshot("pip:vllm==0.33.0", out=tmp_path / "x", docker_read="package")
 
@@ -434,7 +434,7 @@ def test_newer_engine_oci_form_of_docker_save(oci_layouts: dict[str, Path], tmp_
         tf.addfile(ti, io.BytesIO(data))
     snap = take_snapshot(f"docker-archive:{tar_path}", out=tmp_path / "s", package="vllm")
     assert snapshot_listed_fingerprint(snap) == umoci_tree
-    assert snap.manifest["layers"][1]["digest"] == man["layers"][1]["digest"]
+    assert snap.manifest.layers[1]["digest"] == man["layers"][1]["digest"]
 
 
 @pytest.mark.docker
@@ -447,10 +447,10 @@ def test_platform_choice_in_an_index(oci_layouts: dict[str, Path], tmp_path: Pat
     index["manifests"] = [arm, amd]
     (layout / "index.json").write_text(json.dumps(index))
     snap = take_snapshot(f"oci:{layout}", out=tmp_path / "a", package="vllm", include=["vllm/envs.py"])
-    assert snap.manifest["source"]["platform"] == "linux/amd64"
+    assert snap.manifest.source["platform"] == "linux/amd64"
     snap = take_snapshot(f"oci:{layout}", out=tmp_path / "b", package="vllm", include=["vllm/envs.py"],
                          platform="linux/arm64")
-    assert snap.manifest["source"]["platform"] == "linux/arm64/v8"
+    assert snap.manifest.source["platform"] == "linux/arm64/v8"
     with pytest.raises(ReconError, match=r"platform linux/s390x is not in this image.*linux/amd64, linux/arm64/v8"):
         take_snapshot(f"oci:{layout}", out=tmp_path / "c", package="vllm", platform="linux/s390x")
 
@@ -471,7 +471,7 @@ def test_platform_asked_of_a_one_image_source(oci_layouts: dict[str, Path], buil
         assert not (tmp_path / "arm").exists() or not any((tmp_path / "arm").iterdir())
     snap = take_snapshot(f"oci:{layout}", out=tmp_path / "amd", package="vllm", include=["vllm/envs.py"],
                          platform="linux/amd64")
-    assert snap.manifest["source"]["platform"] == "linux/amd64"
+    assert snap.manifest.source["platform"] == "linux/amd64"
 
 
 def test_parallel_layer_scan_gives_the_same_snapshot(built: dict[str, object], tmp_path: Path,
@@ -482,7 +482,7 @@ def test_parallel_layer_scan_gives_the_same_snapshot(built: dict[str, object], t
     two = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "two")
     assert snapshot_fingerprint(one) == snapshot_fingerprint(two)
     assert {p: r.layer for p, r in one.files.items()} == {p: r.layer for p, r in two.files.items()}
-    assert one.manifest["distributions"] == two.manifest["distributions"]
+    assert one.manifest.distributions == two.manifest.distributions
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

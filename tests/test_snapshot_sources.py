@@ -28,12 +28,12 @@ def test_pip_snapshot_matches_the_wheel(tmp_path: Path) -> None:
         binaries = {n for n in members if n.endswith(".so") or ".so." in n
                     or zf.open(n).read(4) == b"\x7fELF"}
         assert set(snap.files) == set(members) - binaries
-        assert set(snap.manifest["skipped"]) == binaries
+        assert set(snap.manifest.skipped) == binaries
         for rel in ("sglang/srt/layers/attention/hybrid_linear_attn_backend.py", "sglang/version.py"):
             assert snap.files[rel].sha256 == hashlib.sha256(zf.read(rel)).hexdigest()
             assert (snap.src / rel).read_bytes() == zf.read(rel)
     assert snap.version == "0.5.23"
-    assert snap.manifest["source"]["digest"] == "sha256:" + hashlib.sha256(whl.read_bytes()).hexdigest()
+    assert snap.manifest.source["digest"] == "sha256:" + hashlib.sha256(whl.read_bytes()).hexdigest()
     assert snap.name == "sglang-0.5.23"
 
 
@@ -68,8 +68,8 @@ def test_dir_source_lists_links_out_of_the_package_and_never_writes_them(tmp_pat
     # a link leaving the package is recorded with its target, never written: no later reader of
     # the snapshot can reach the host file through it
     assert "vllm/leak.py" not in snap.files
-    assert snap.manifest["skipped"]["vllm/leak.py"]["target"] == str(secret)
-    assert snap.manifest["skipped"]["vllm/leak.py"]["reason"] == "points outside the package"
+    assert snap.manifest.skipped["vllm/leak.py"].target == str(secret)
+    assert snap.manifest.skipped["vllm/leak.py"].reason == "points outside the package"
     assert not (snap.src / "vllm/leak.py").is_symlink() and not (snap.src / "vllm/leak.py").exists()
     assert snap.files["vllm/a.py"].sha256 == hashlib.sha256(b"A = 1\n").hexdigest()
     # the package folder itself works too
@@ -99,7 +99,7 @@ def test_the_api_returns_the_same_snapshot_when_run_again(tmp_path: Path) -> Non
     (site / "__init__.py").write_text("A = 1\n")
     first = recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")
     again = recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")
-    assert again.root == first.root and again.manifest["created"] == first.manifest["created"]
+    assert again.root == first.root and again.manifest.created == first.manifest.created
     (site / "__init__.py").write_text("A = 2\n")
     with pytest.raises(ReconError, match="already exists"):
         recon.snapshot(f"dir:{site.parent}", out=tmp_path / "out", name="s")

@@ -105,7 +105,7 @@ def test_a_long_chain_of_links_is_followed_up_to_the_cap(tmp_path: Path) -> None
         return _archive(d, lb)
 
     snap = take_snapshot(f"docker-archive:{chain(10)}", out=tmp_path / "o")
-    assert snap.manifest["package"]["real_path"] == "/opt/real/vllm" and snap.version == "2.0"
+    assert snap.manifest.package.real_path == "/opt/real/vllm" and snap.version == "2.0"
     with pytest.raises(ReconError, match="too many symlink hops"):
         take_snapshot(f"docker-archive:{chain(60)}", out=tmp_path / "o2")
 
@@ -117,7 +117,7 @@ def test_version_from_an_egg_info(tmp_path: Path) -> None:
             .file(f"{SITE}/vllm-0.4.0.egg-info/PKG-INFO", b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.4.0\n"))
     snap = take_snapshot(f"docker-archive:{_archive(tmp_path, base)}", out=tmp_path / "o")
     assert snap.version == "0.4.0"
-    assert {"name": "vllm", "version": "0.4.0", "location": f"/{SITE}", "layer": 0} in snap.manifest["distributions"]
+    assert {"name": "vllm", "version": "0.4.0", "location": f"/{SITE}", "layer": 0} in snap.manifest.distributions
 
 
 def test_cli_hostile_archive_names_layer_and_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -280,8 +280,8 @@ def test_vfs_storage_is_read_in_place_as_the_merged_view(vfs_engine: str, tmp_pa
     ref = take_snapshot(f"docker-archive:{archive}", out=tmp_path / "archive", package="vllm")
     assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
     assert set(snap.files) == {"vllm/__init__.py", "vllm/envs.py", "vllm/old/b.py"}
-    assert snap.manifest["source"]["read"] == "layer folders in place (vfs, merged view)"
-    assert [d["name"] for d in snap.manifest["distributions"]] == ["vllm"]
+    assert snap.manifest.source["read"] == "layer folders in place (vfs, merged view)"
+    assert [d["name"] for d in snap.manifest.distributions] == ["vllm"]
     listed = subprocess.run(["docker", "-H", vfs_engine, "ps", "-aq"], capture_output=True, text=True)
     assert listed.stdout.strip() == ""
 
@@ -401,7 +401,7 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
         snap = take_snapshot(f"docker:{tag}", out=tmp_path / "out", package="vllm")
         err = capfd.readouterr().err
         assert "trusted.overlay.redirect" in err and "reading through the engine's archive API" in err
-        assert snap.manifest["source"]["read"] == "site folders"
+        assert snap.manifest.source["read"] == "site folders"
         assert (snap.src / "vllm" / "__init__.py").read_bytes() == b"# redirected\n"
         assert {c.id for c in docker_client.containers.list(all=True)} == before
     finally:

@@ -68,11 +68,11 @@ def summary(snap: Snapshot) -> dict[str, Any]:
     m = snap.manifest
     return {
         "name": snap.name, "path": str(snap.root), "package": snap.package, "version": snap.version,
-        "source": m["source"]["ref"], "digest": m["source"].get("digest"),
-        "files": m["stats"]["files"], "bytes": m["stats"]["bytes"],
-        "python": (m.get("python") or {}).get("version"), "created": m.get("created"),
-        "parent": (m.get("parent") or {}).get("name") if m.get("parent") else None,
-        "import_root": m["package"].get("import_root"), "other_copies": m["package"].get("other_copies", []),
+        "source": m.source.get("ref"), "digest": m.source.get("digest"),
+        "files": m.stats.get("files"), "bytes": m.stats.get("bytes"),
+        "python": m.python.version, "created": m.created,
+        "parent": (m.parent or {}).get("name"),
+        "import_root": m.package.import_root, "other_copies": m.package.other_copies,
     }
 
 
@@ -81,22 +81,22 @@ def _show(snap: Snapshot, as_json: bool) -> None:
 
     m = snap.manifest
     if as_json:
-        emit_json(m)
+        emit_json(m.to_json())
         return
     t = Table(title=f"snapshot {snap.name}", show_header=False)
     t.add_column("key", style="bold cyan")
     t.add_column("value")
-    pkg = m["package"]
-    t.add_row("package", f"{pkg['name']} {pkg.get('version') or '?'} at {pkg.get('import_root')}")
-    if pkg.get("other_copies"):
-        t.add_row("other copies", "\n".join(pkg["other_copies"]))
-    t.add_row("source", escape(m["source"]["ref"]))
-    t.add_row("digest", str(m["source"].get("digest")))
-    if m["source"].get("platform"):
-        t.add_row("platform", m["source"]["platform"])
-    py = m.get("python") or {}
-    t.add_row("python", f"{py.get('version') or '?'} ({py.get('executable') or 'no interpreter found'})")
-    img = m.get("image")
+    pkg = m.package
+    t.add_row("package", f"{pkg.name} {pkg.version or '?'} at {pkg.import_root}")
+    if pkg.other_copies:
+        t.add_row("other copies", "\n".join(pkg.other_copies))
+    t.add_row("source", escape(str(m.source.get("ref"))))
+    t.add_row("digest", str(m.source.get("digest")))
+    if m.source.get("platform"):
+        t.add_row("platform", str(m.source["platform"]))
+    py = m.python
+    t.add_row("python", f"{py.version or '?'} ({py.executable or 'no interpreter found'})")
+    img = m.image
     if img:
         t.add_row("entrypoint", escape(str(img.get("entrypoint"))))
         t.add_row("cmd", escape(str(img.get("cmd"))))
@@ -104,17 +104,17 @@ def _show(snap: Snapshot, as_json: bool) -> None:
         t.add_row("env", escape("\n".join(img.get("env") or [])))
         if img.get("labels"):
             t.add_row("labels", escape("\n".join(f"{k}={v}" for k, v in img["labels"].items())))
-    t.add_row("files", f"{m['stats']['files']} ({human_bytes(m['stats']['bytes'])}); "
-              f"{m['selection']['skipped_files']} skipped (binaries or --include)")
-    t.add_row("distributions", str(len(m.get("distributions") or [])))
-    t.add_row("created", f"{m.get('created')} by recon {m['tool']['version']}")
+    t.add_row("files", f"{m.stats.get('files')} ({human_bytes(int(m.stats.get('bytes') or 0))}); "
+              f"{m.selection.get('skipped_files', len(m.skipped))} skipped (binaries or --include)")
+    t.add_row("distributions", str(len(m.distributions)))
+    t.add_row("created", f"{m.created} by recon {m.tool.get('version')}")
     console.print(t)
-    layers = m.get("layers") or []
+    layers = m.layers
     if layers:
         counts: dict[int, int] = {}
-        for rec in m["files"].values():
-            if rec.get("layer") is not None:
-                counts[rec["layer"]] = counts.get(rec["layer"], 0) + 1
+        for rec in m.files.values():
+            if rec.layer is not None:
+                counts[rec.layer] = counts.get(rec.layer, 0) + 1
         lt = Table(title="layers (files of the package each one provides)")
         for col in ("#", "digest", "size", "package files"):
             lt.add_column(col, justify="right" if col != "digest" else "left")
@@ -293,12 +293,12 @@ def _ask_package(err: PackageNotFound, as_json: bool, quiet: bool) -> str | None
 
 def _note_other_copies(snap: Snapshot, quiet: bool) -> None:
     """Say which copy was taken when the image holds more than one (--python picks another)."""
-    pkg, py = snap.manifest["package"], snap.manifest.get("python") or {}
-    if pkg.get("other_copies") and not quiet:  # say so: the image holds more than one copy
-        by = f"the one {py['executable']} imports" if py.get("executable") else "by search order"
-        n = len(pkg["other_copies"])
-        err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {pkg['name']} in the image "
-                          f"({escape(', '.join(pkg['other_copies']))}); took {escape(pkg['real_path'])}, "
+    pkg, py = snap.manifest.package, snap.manifest.python
+    if pkg.other_copies and not quiet:  # say so: the image holds more than one copy
+        by = f"the one {py.executable} imports" if py.executable else "by search order"
+        n = len(pkg.other_copies)
+        err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {pkg.name} in the image "
+                          f"({escape(', '.join(pkg.other_copies))}); took {escape(str(pkg.real_path))}, "
                           f"{escape(by)}; --python picks another interpreter")
 
 

@@ -202,7 +202,7 @@ def resolve_versions(versions: str | Sequence[str]) -> list[str]:
 def _label(snap: Snapshot, ref: str) -> str:
     """The release number for PyPI releases; version and snapshot name otherwise."""
     if snap.version and (re.fullmatch(r"pip:.*==.*", ref)
-                         or (snap.manifest.get("source") or {}).get("scheme") in ("pip", "wheel")):
+                         or (snap.manifest.source).get("scheme") in ("pip", "wheel")):
         return snap.version
     return f"{snap.version} ({snap.name})" if snap.version else snap.name
 

@@ -31,7 +31,7 @@ from .textdiff import unified
 
 
 def side_of(snap: Snapshot) -> Side:
-    src = snap.manifest.get("source") or {}
+    src = snap.manifest.source
     return Side(label=display_label(snap), name=snap.name, path=str(snap.root), ref=src.get("ref"),
                 digest=src.get("digest"), package=snap.package, version=snap.version)
 

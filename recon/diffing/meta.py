@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..snapshots.model import Snapshot
+from ..snapshots.model import FileRecord, Snapshot
 from .model import FileDiff, ImageDiff, KeyedDiff
 
 #: Image config fields compared as whole values (env and labels are compared key by key).
@@ -41,14 +41,13 @@ def _env(image: dict[str, Any] | None) -> dict[str, str]:
 
 def diff_image(a: Snapshot, b: Snapshot) -> ImageDiff:
     """Environment, labels, entrypoint, cmd, working dir, user and Python version."""
-    ia, ib = a.manifest.get("image"), b.manifest.get("image")
+    ia, ib = a.manifest.image, b.manifest.image
     fields: dict[str, tuple[Any, Any]] = {}
     for name in IMAGE_FIELDS:
         va, vb = (ia or {}).get(name), (ib or {}).get(name)
         if (va or None) != (vb or None):
             fields[name] = (va, vb)
-    pa = (a.manifest.get("python") or {}).get("version")
-    pb = (b.manifest.get("python") or {}).get("version")
+    pa, pb = a.manifest.python.version, b.manifest.python.version
     if pa != pb:
         fields["python"] = (pa, pb)
     note = None
@@ -64,7 +63,7 @@ def diff_image(a: Snapshot, b: Snapshot) -> ImageDiff:
 def _dists(snap: Snapshot) -> dict[str, str]:
     """Canonical name -> version; a package installed twice shows both versions."""
     out: dict[str, list[str]] = {}
-    for d in snap.manifest.get("distributions") or []:
+    for d in snap.manifest.distributions:
         name = canonicalize_name(str(d.get("name", "")))
         if not name:
             continue
@@ -80,16 +79,16 @@ def diff_distributions(a: Snapshot, b: Snapshot) -> KeyedDiff:
     return keyed_diff(_dists(a), _dists(b))
 
 
-def _identity(rec: dict[str, Any]) -> tuple[str, str | None]:
-    if rec.get("kind", "file") == "symlink":
-        return "symlink", rec.get("target")
-    return "file", rec.get("sha256")
+def _identity(rec: FileRecord) -> tuple[str, str | None]:
+    if rec.kind == "symlink":
+        return "symlink", rec.target
+    return "file", rec.sha256
 
 
 def diff_files(a: Snapshot, b: Snapshot) -> FileDiff:
     """The package's files by content (sha256), symlinks by target, in path order."""
-    fa = a.manifest.get("files") or {}
-    fb = b.manifest.get("files") or {}
+    fa = a.manifest.files
+    fb = b.manifest.files
     added = sorted(p for p in fb if p not in fa)
     removed = sorted(p for p in fa if p not in fb)
     changed = []
@@ -99,13 +98,13 @@ def diff_files(a: Snapshot, b: Snapshot) -> FileDiff:
             changed.append(p)
         else:
             same += 1
-    sizes = {p: ((fa.get(p) or {}).get("size"), (fb.get(p) or {}).get("size"))
+    sizes = {p: (fa[p].size if p in fa else None, fb[p].size if p in fb else None)
              for p in (*added, *removed, *changed)}
     return FileDiff(added=added, removed=removed, changed=changed, unchanged=same, sizes=sizes)
 
 
 def python_paths(snap: Snapshot, paths: list[str]) -> list[str]:
     """The regular ``.py`` files among ``paths`` (what the index can parse)."""
-    files = snap.manifest.get("files") or {}
+    files = snap.manifest.files
     return [p for p in paths if p.endswith(".py") and p in files
-            and files[p].get("kind", "file") == "file"]
+            and files[p].kind == "file"]

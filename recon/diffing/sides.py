@@ -76,7 +76,7 @@ def open_sides(refs: Sequence[str | Path | Snapshot], *, jobs: int = 4,
 def display_label(snap: Snapshot) -> str:
     """``vllm 0.33.0`` for a release from PyPI or a wheel; the full label (with the
     snapshot's name) for images and folders, where the version alone does not say which."""
-    scheme = (snap.manifest.get("source") or {}).get("scheme")
+    scheme = (snap.manifest.source).get("scheme")
     if scheme in ("pip", "wheel") and snap.version:
         return f"{snap.package} {snap.version}"
     return snap.label

@@ -101,8 +101,8 @@ def serve_argv(flags: str | list[str]) -> list[str]:
 def compiled_modules(snapshot: Snapshot) -> list[str]:
     """Dotted names of the compiled modules the snapshot lists but does not hold."""
     names = set()
-    listed = list(snapshot.manifest.get("skipped", {}))
-    listed += [p for p in snapshot.manifest.get("files", {}) if p.endswith(".so")]
+    listed = list(snapshot.manifest.skipped)
+    listed += [p for p in snapshot.manifest.files if p.endswith(".so")]
     for path in listed:
         if not path.endswith(".so"):
             continue
@@ -116,7 +116,7 @@ def snapshot_metadata(snapshot: Snapshot) -> str:
     """The release's ``METADATA`` (its ``Requires-Dist``): from the wheel it came from."""
     from ..acquire.sources.pip import fetch_wheel, wheels_dir
 
-    src = snapshot.manifest.get("source", {})
+    src = snapshot.manifest.source
     candidates = [Path(src["wheel_path"])] if src.get("wheel_path") else []
     candidates += sorted(wheels_dir().glob(f"{snapshot.package}-{snapshot.version}-*.whl"))
     for wheel in candidates:

@@ -323,7 +323,7 @@ def _has_lenient(snap: Snapshot, image: Side, fixed: Side, functions: list[str])
 
 
 def _describe(snap: Snapshot) -> dict[str, Any]:
-    src = snap.manifest.get("source") or {}
+    src = snap.manifest.source
     return {"name": snap.name, "label": f"{snap.package} {snap.version}", "package": snap.package,
             "version": snap.version, "source": src.get("ref"), "digest": src.get("digest"),
             "path": str(snap.root)}

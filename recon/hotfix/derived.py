@@ -17,8 +17,6 @@ so no lookup by source reference can mistake it for the image.
 
 from __future__ import annotations
 
-import copy
-import datetime as _dt
 import hashlib
 import os
 import stat
@@ -28,8 +26,7 @@ from ..acquire.writer import TreeWriter, commit, staging, write_json
 from ..errors import ReconError
 from ..paths import cache_dir
 from ..snapshots.cache import is_recon_snapshot
-from ..snapshots.model import MANIFEST, Snapshot
-from ..version import __version__
+from ..snapshots.model import MANIFEST, FileRecord, Manifest, Snapshot
 
 SCHEME = "hotfix"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -51,7 +48,7 @@ def patched_snapshot(parent: Snapshot, rel: str, data: bytes, hotfix: dict[str, 
         with TreeWriter(tmp / "src") as writer:
             _copy_tree(parent, writer, skip=rel)
             writer.write_bytes(rel, data)
-        write_json(tmp / MANIFEST, _manifest(parent, dest.name, rel, data, sha, hotfix))
+        write_json(tmp / MANIFEST, _manifest(parent, dest.name, rel, data, sha, hotfix).to_json())
         if (dest.exists() or dest.is_symlink()) and not is_recon_snapshot(dest):
             raise ReconError(f"{dest} exists and is not a snapshot recon wrote; it is left alone")
         commit(tmp, dest, replace=True)
@@ -66,8 +63,9 @@ def _reusable(dest: Any, parent: Snapshot, rel: str, sha: str) -> bool:
         made = Snapshot.open(dest)
     except ReconError:
         return False
-    same_parent = (made.manifest.get("parent") or {}).get("name") == parent.name
-    return same_parent and (made.manifest.get("files", {}).get(rel) or {}).get("sha256") == sha
+    same_parent = (made.manifest.parent or {}).get("name") == parent.name
+    made_rec = made.manifest.files.get(rel)
+    return same_parent and made_rec is not None and made_rec.sha256 == sha
 
 
 def _copy_tree(parent: Snapshot, writer: TreeWriter, *, skip: str) -> None:
@@ -78,12 +76,12 @@ def _copy_tree(parent: Snapshot, writer: TreeWriter, *, skip: str) -> None:
     :func:`recon.snapshots.model.read_inside` does per file, without re-walking the
     path for each of a release's ~5,000 files).
     """
-    by_folder: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for rel, rec in parent.manifest.get("files", {}).items():
+    by_folder: dict[str, list[tuple[str, FileRecord]]] = {}
+    for rel, rec in parent.manifest.files.items():
         if rel == skip:
             continue
-        if rec.get("kind") == "symlink":
-            writer.symlink(rel, rec["target"])
+        if rec.kind == "symlink":
+            writer.symlink(rel, rec.target or "")
             continue
         by_folder.setdefault(rel.rpartition("/")[0], []).append((rel, rec))
     for folder, items in sorted(by_folder.items()):
@@ -91,7 +89,7 @@ def _copy_tree(parent: Snapshot, writer: TreeWriter, *, skip: str) -> None:
         try:
             for rel, rec in items:
                 data = _read_at(fd, rel.rpartition("/")[2], rel, parent)
-                want = rec.get("sha256")
+                want = rec.sha256
                 if want and hashlib.sha256(data).hexdigest() != want:
                     raise ReconError(f"{rel} changed on disk since the snapshot was taken (sha256 "
                                      "differs from the manifest; `recon snapshot verify` says "
@@ -129,22 +127,17 @@ def _read_at(dir_fd: int, name: str, rel: str, parent: Snapshot) -> bytes:
 
 
 def _manifest(parent: Snapshot, name: str, rel: str, data: bytes, sha: str,
-              hotfix: dict[str, Any]) -> dict[str, Any]:
-    manifest = copy.deepcopy(parent.manifest)
-    source = dict(manifest.get("source") or {})
-    files = dict(manifest.get("files") or {})
-    files[rel] = {"kind": "file", "size": len(data), "sha256": sha, "hotfix": True}
-    manifest.update(
-        name=name,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        tool={"name": "recon", "version": __version__},
+              hotfix: dict[str, Any]) -> Manifest:
+    source = parent.manifest.source
+    files = {**parent.manifest.files,
+             rel: FileRecord(path=rel, sha256=sha, size=len(data), layer=None, hotfix=True)}
+    return parent.manifest.derived(
+        name,
         source={**source, "scheme": SCHEME, "parent_scheme": source.get("scheme"),
                 "ref": f"{source.get('ref')} + hotfix {sha[:12]}"},
         files=files,
         parent={"name": parent.name, "path": str(parent.root), "source": source.get("ref"),
                 "digest": source.get("digest"), "files": len(files)},
-        selection={**(manifest.get("selection") or {}), "hotfix": hotfix},
-        stats={**(manifest.get("stats") or {}), "files": len(files),
-               "bytes": sum(int(r.get("size", 0)) for r in files.values())},
-    )
-    return manifest
+        selection={**parent.manifest.selection, "hotfix": hotfix},
+        stats={**parent.manifest.stats, "files": len(files),
+               "bytes": sum(r.size for r in files.values())})

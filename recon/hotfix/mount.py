@@ -37,10 +37,9 @@ def in_image(snap: Snapshot, rel: str, site: str | None) -> tuple[str, bool]:
     """(absolute path of ``rel`` inside the image, whether the manifest knew it)."""
     if site is not None:
         return posixpath.join("/" + site.strip("/"), rel), True
-    package = snap.manifest.get("package") or {}
-    scheme = (snap.manifest.get("source") or {}).get("parent_scheme") or \
-        (snap.manifest.get("source") or {}).get("scheme")
-    real = package.get("real_path") or package.get("import_root")
+    package = snap.manifest.package
+    scheme = snap.manifest.source.get("parent_scheme") or snap.manifest.source.get("scheme")
+    real = package.real_path or package.import_root
     if scheme in _SITELESS or not real:
         return posixpath.join(SITE, rel), False
     inside = rel.split("/", 1)[1] if "/" in rel else ""
@@ -49,7 +48,7 @@ def in_image(snap: Snapshot, rel: str, site: str | None) -> tuple[str, bool]:
 
 def interpreter(snap: Snapshot, python: str | None) -> str:
     """The image's Python (the manifest's), else ``python3`` on the image's PATH."""
-    return python or (snap.manifest.get("python") or {}).get("executable") or "python3"
+    return python or snap.manifest.python.executable or "python3"
 
 
 def verify_args(module: str, sha256: str, pieces: dict[str, int]) -> list[str]:

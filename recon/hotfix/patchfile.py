@@ -102,8 +102,8 @@ def _patch_path(raw: bytes) -> str | None:
 
 def package_path(snap: Snapshot, path: str) -> str | None:
     """The snapshot file a repository path names (its longest tail that is a file there)."""
-    files = snap.manifest.get("files", {})
-    skipped = snap.manifest.get("skipped", {})
+    files = snap.manifest.files
+    skipped = snap.manifest.skipped
     parts = path.split("/")
     for cut in range(len(parts)):
         tail = "/".join(parts[cut:])
@@ -130,7 +130,7 @@ def check_files(snap: Snapshot, patches: list[FilePatch]) -> tuple[FilePatch, st
     rel = package_path(snap, patch.old_path)
     if rel is None:
         raise ReconError(f"{patch.old_path} is not a file of {snap.label} (no tail of its path is)")
-    if rel in snap.manifest.get("skipped", {}):
+    if rel in snap.manifest.skipped:
         raise HotfixRefused("compiled", f"{rel} is not kept in {snap.label} (compiled or too big)")
     return patch, rel
 

@@ -50,7 +50,7 @@ class Side:
     def compiled(self) -> dict[str, str]:
         """Dotted module name -> file, for the compiled modules the manifest lists."""
         out: dict[str, str] = {}
-        listed = [*self.snapshot.manifest.get("files", {}), *self.snapshot.manifest.get("skipped", {})]
+        listed = [*self.snapshot.manifest.files, *self.snapshot.manifest.skipped]
         for path in listed:
             if _COMPILED.search(path):
                 folder, _, base = path.rpartition("/")
@@ -107,9 +107,9 @@ def module_file(side: Side, module: str, qualname: str) -> str:
                                         "a Python-source hotfix cannot replace it")
     if path is None:
         raise ReconError(f"{qualname}: {side.label} has no module {module}")
-    rec = side.snapshot.manifest.get("files", {}).get(path, {})
-    if rec.get("kind", "file") != "file":
-        raise HotfixRefused("scope", f"{path} is a {rec.get('kind')} in {side.label}, not a "
+    rec = side.snapshot.manifest.files.get(path)
+    if rec is not None and rec.kind != "file":
+        raise HotfixRefused("scope", f"{path} is a {rec.kind} in {side.label}, not a "
                                      "regular file: mounting over it is not a one-file fix")
     return path
 

@@ -20,6 +20,7 @@ Name resolution (imports, re-exports, MRO, annotations) is
 
 from __future__ import annotations
 
+from ..snapshots.model import module_name
 from .build import load_index
 from .models import (
     FUNCTION_KINDS,
@@ -32,7 +33,6 @@ from .models import (
     Param,
     absolute_module,
     as_json,
-    module_name,
     split_qualname,
 )
 from .snapshot_index import SnapshotIndex

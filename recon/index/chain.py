@@ -12,8 +12,6 @@ through Graphviz, or Mermaid).
 
 from __future__ import annotations
 
-import copy
-import datetime as _dt
 import hashlib
 import re
 import shutil
@@ -29,8 +27,7 @@ from ..acquire.writer import TreeWriter, commit, staging, write_json, write_text
 from ..errors import ReconError
 from ..paths import snapshots_dir
 from ..snapshots.cache import is_recon_snapshot
-from ..snapshots.model import MANIFEST, Snapshot
-from ..version import __version__
+from ..snapshots.model import MANIFEST, FileRecord, Manifest, Snapshot
 from .graph import Budget, CallGraph, CallSite
 from .models import FunctionInfo, split_qualname
 from .snapshot_index import SnapshotIndex
@@ -274,11 +271,11 @@ def keep_files(index: SnapshotIndex, result: ChainResult, count: int, *, out: Pa
         dest = Path(dest)
         _check_replaceable(dest, parent, force)
     chosen = [f.path for f in result.files[:count]]
-    records = parent.manifest.get("files", {})
+    records = parent.manifest.files
     with staging(dest.parent, dest.name) as tmp:
         _copy_files(parent, chosen, tmp / "src")
         files = {rel: records[rel] for rel in chosen}
-        write_json(tmp / MANIFEST, _kept_manifest(parent, result, count, dest.name, files))
+        write_json(tmp / MANIFEST, _kept_manifest(parent, result, count, dest.name, files).to_json())
         _check_replaceable(dest, parent, force)  # again: the folder may have appeared meanwhile
         commit(tmp, dest, replace=force)
     return Snapshot.open(dest)
@@ -286,11 +283,11 @@ def keep_files(index: SnapshotIndex, result: ChainResult, count: int, *, out: Pa
 
 def _copy_files(parent: Snapshot, chosen: list[str], src: Path) -> None:
     """Copy ``chosen`` byte-exact, refusing a file whose bytes no longer match the manifest."""
-    records = parent.manifest.get("files", {})
+    records = parent.manifest.files
     with TreeWriter(src) as writer:
         for rel in chosen:
             data = parent.read_bytes(rel)
-            want = records[rel].get("sha256")
+            want = records[rel].sha256
             if want and hashlib.sha256(data).hexdigest() != want:
                 raise ReconError(f"{rel} changed on disk since the snapshot was taken "
                                  "(sha256 differs from the manifest)", where=str(parent.root))
@@ -298,25 +295,19 @@ def _copy_files(parent: Snapshot, chosen: list[str], src: Path) -> None:
 
 
 def _kept_manifest(parent: Snapshot, result: ChainResult, count: int, name: str,
-                   files: dict[str, Any]) -> dict[str, Any]:
+                   files: dict[str, FileRecord]) -> Manifest:
     """The parent's manifest with only ``files``, pointing back to the parent and the chain query."""
-    manifest = copy.deepcopy({k: v for k, v in parent.manifest.items() if k not in ("files", "skipped")})
-    manifest.update(
-        name=name,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        tool={"name": "recon", "version": __version__},
-        files=files, skipped={},
+    return parent.manifest.derived(
+        name, files=files, skipped={},
         parent={"name": parent.name, "path": str(parent.root),
-                "source": parent.manifest.get("source", {}).get("ref"),
-                "digest": parent.manifest.get("source", {}).get("digest"),
-                "files": len(parent.manifest.get("files", {}))},
+                "source": parent.manifest.source.get("ref"),
+                "digest": parent.manifest.source.get("digest"),
+                "files": len(parent.manifest.files)},
         selection={"chain": {"target": result.target, "source": result.source,
                              "depth": result.depth, "partial": result.partial,
                              "files": [{"path": f.path, "count": f.count, "distance": f.distance}
                                        for f in result.files[:count]]}},
-        stats={"files": len(files), "bytes": sum(int(r.get("size", 0)) for r in files.values())},
-    )
-    return manifest
+        stats={"files": len(files), "bytes": sum(r.size for r in files.values())})
 
 
 # -- pictures -----------------------------------------------------------------------------

@@ -358,14 +358,6 @@ def as_json(record: Any) -> Any:
     return record
 
 
-def module_name(path: str) -> tuple[str, bool]:
-    """``vllm/config/__init__.py`` -> ``("vllm.config", True)``; other ``.py`` -> (name, False)."""
-    stem = path[:-3] if path.endswith(".py") else path
-    if stem.endswith("/__init__") or stem == "__init__":
-        return stem[: -len("/__init__")].replace("/", "."), True
-    return stem.replace("/", "."), False
-
-
 def absolute_module(importer: str, is_package: bool, module: str, level: int) -> str:
     """Resolve ``from ..x import y`` written in ``importer`` to an absolute module name."""
     if level == 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReconError
-from ..snapshots.model import Snapshot
+from ..snapshots.model import Snapshot, module_name
 from .models import (
     ClassField,
     ClassInfo,
@@ -25,7 +25,6 @@ from .models import (
     IndexStats,
     ModuleInfo,
     Param,
-    module_name,
     split_dotted,
     split_qualname,
 )
@@ -247,8 +246,8 @@ class SnapshotIndex:
 def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
              stats: IndexStats) -> SnapshotIndex:
     """Turn ``(path, sha256, raw record)`` triples into a :class:`SnapshotIndex`."""
-    names, known, warnings = _module_owners(records)
-    all_files = snapshot.manifest.get("files", {})
+    names, known, warnings = _module_owners(snapshot, records)
+    all_files = snapshot.manifest.files
     modules: dict[str, ModuleInfo] = {}
     functions: dict[str, FunctionInfo] = {}
     classes: dict[str, ClassInfo] = {}
@@ -269,7 +268,9 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
             continue
         fn_names = _add_functions(rec["functions"], mod, path, shared, functions)
         cls_names = _add_classes(rec["classes"], mod, path, classes)
-        modules[mod] = ModuleInfo(mod, path, sha or all_files.get(path, {}).get("sha256", ""), is_pkg,
+        recorded = all_files.get(path)
+        sha = sha or (recorded.sha256 if recorded is not None else None) or ""
+        modules[mod] = ModuleInfo(mod, path, sha, is_pkg,
                                   rec["lines"], classes=tuple(cls_names), functions=tuple(fn_names),
                                   variables=rec["variables"],
                                   constants={k: make_field(v) for k, v in rec["constants"].items()},
@@ -280,25 +281,20 @@ def assemble(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]],
                          errors=errors, warnings=warnings, stats=stats, by_path=by_path)
 
 
-def _module_owners(records: list[tuple[str, str, dict[str, Any]]]
+def _module_owners(snapshot: Snapshot, records: list[tuple[str, str, dict[str, Any]]]
                    ) -> tuple[dict[str, tuple[str, bool]], frozenset[str], dict[str, list[str]]]:
-    """(path -> (module, is package), every module name, warnings): one file per module."""
+    """(path -> (module, is package), every module name, warnings): one file per module,
+    the one the snapshot's module table (:attr:`Snapshot.modules`) names."""
+    table = snapshot.modules
     names: dict[str, tuple[str, bool]] = {}
-    owner: dict[str, str] = {}
     warnings: dict[str, list[str]] = {}
     for path, _, _ in records:
         mod, is_pkg = module_name(path)
-        prev = owner.get(mod)
-        if prev is not None:
-            # "pkg/x.py" and "pkg/x/__init__.py": the package wins, as in Python's import system
-            loser = path if not is_pkg else prev
-            warnings.setdefault(loser, []).append(f"shadowed by the package {mod}; not indexed")
-            if not is_pkg:
-                continue
-            names.pop(prev, None)
-        owner[mod] = path
-        names[path] = (mod, is_pkg)
-    return names, frozenset(owner), warnings
+        if table.get(mod, ("", False))[0] == path:
+            names[path] = (mod, is_pkg)
+        else:  # "pkg/x.py" beside "pkg/x/__init__.py": the package wins
+            warnings.setdefault(path, []).append(f"shadowed by the package {mod}; not indexed")
+    return names, frozenset(mod for mod, _ in names.values()), warnings
 
 
 @dataclass

@@ -27,8 +27,8 @@ class DemoReport:
         when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         out = ["# recon demo", "", f"Generated {when}. Releases:", ""]
         for engine, snap in self.snapshots.items():
-            out.append(f"- {engine} {snap.version} (`{snap.manifest['source']['ref']}`, "
-                       f"{snap.manifest['source'].get('digest', '')})")
+            out.append(f"- {engine} {snap.version} (`{snap.manifest.source.get('ref')}`, "
+                       f"{snap.manifest.source.get('digest', '')})")
         out.append("")
         for cfg, flags, res in self.results:
             out += [f"## {res.recipe} — `{cfg or 'no config'}`", "", f"Flags: `{flags or '(none)'}`", "",

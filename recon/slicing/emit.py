@@ -107,14 +107,15 @@ def render(closure: ClosureResult, snapshot: Snapshot) -> tuple[str, dict[str, A
     modules_meta: dict[str, dict[str, Any]] = {}
     all_pieces: list[Piece] = []
     body: list[str] = []
-    manifest_files = snapshot.manifest.get("files", {})
+    manifest_files = snapshot.manifest.files
     edited: list[str] = []
     for name in sorted(closure.modules):
         km = closure.modules[name]
         model = km.model
         if not km.units:
             continue
-        recorded = (manifest_files.get(model.rel) or {}).get("sha256")
+        record = manifest_files.get(model.rel)
+        recorded = record.sha256 if record is not None else None
         if recorded and recorded != model.file_sha256:
             edited.append(model.rel)
         modules_meta[name] = {"file": model.rel, "package": model.is_package,

@@ -25,7 +25,7 @@ class ModuleSet:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.package = snapshot.package
-        self._names = module_names(snapshot)
+        self._names = snapshot.modules  # the one module table
         self.parse_errors: dict[str, str] = {}
 
     @property
@@ -88,30 +88,3 @@ class ModuleSet:
             base = base[: len(base) - (level - 1)]
         parts = [p for p in (".".join(base), module) if p]
         return ".".join(parts)
-
-
-_NAMES: dict[tuple[str, int], dict[str, tuple[str, bool]]] = {}
-
-
-def module_names(snapshot: Snapshot) -> dict[str, tuple[str, bool]]:
-    """module name -> (relative path, is_package), cached per snapshot manifest."""
-    man = snapshot.root / "manifest.json"
-    try:
-        stamp = man.stat().st_mtime_ns
-    except OSError:
-        stamp = 0
-    key = (str(snapshot.root), stamp)
-    cached = _NAMES.get(key)
-    if cached is not None:
-        return cached
-    out: dict[str, tuple[str, bool]] = {}
-    for rec in snapshot.python_files():
-        parts = rec.path[:-3].split("/")
-        if not all(p.isidentifier() for p in parts):
-            continue
-        if parts[-1] == "__init__":
-            out[".".join(parts[:-1])] = (rec.path, True)
-        else:
-            out.setdefault(".".join(parts), (rec.path, False))
-    _NAMES[key] = out
-    return out

@@ -210,7 +210,7 @@ def _offline_registry(base: Path, text: str, err: ReconError) -> Snapshot:
     if cached is None:
         raise err
     print(f"recon: warning: {err}; using the snapshot of {text} taken "
-          f"{cached.manifest.get('created', '?')}", file=sys.stderr)
+          f"{cached.manifest.created or '?'}", file=sys.stderr)
     return cached
 
 
@@ -222,9 +222,9 @@ def _newest_cached(base: Path, ref: str) -> Snapshot | None:
             snap = Snapshot.open(manifest.parent)
         except ReconError:
             continue
-        if snap.manifest.get("source", {}).get("ref") != ref:
+        if snap.manifest.source.get("ref") != ref:
             continue
-        when = (str(snap.manifest.get("created", "")), manifest.stat().st_mtime_ns)
+        when = (snap.manifest.created, manifest.stat().st_mtime_ns)
         if best is None or when > best[0]:
             best = (when, snap)
     return best[1] if best else None

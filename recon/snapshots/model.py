@@ -24,44 +24,25 @@ from typing import Any
 
 from ..errors import ReconError
 from ..paths import cache_dir, snapshots_dir
+from .manifest import FORMAT_VERSION, MANIFEST, FileRecord, Manifest, ManifestError
 
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+__all__ = ["FORMAT_VERSION", "MANIFEST", "FileRecord", "Manifest", "Snapshot", "list_snapshots",
+           "module_name", "read_inside"]
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    """One file of the snapshot, as the manifest records it."""
-
-    path: str  # relative to src/, e.g. "vllm/config/compilation.py"
-    sha256: str | None  # None for symlinks
-    size: int
-    layer: int | None  # index into manifest["layers"]; None when the source has no layers
-    kind: str = "file"  # "file" | "symlink"
-    target: str | None = None  # symlink target, as stored in the image
-
-    @classmethod
-    def from_json(cls, path: str, rec: dict[str, Any]) -> FileRecord:
-        return cls(path=path, sha256=rec.get("sha256"), size=int(rec.get("size", 0)),
-                   layer=rec.get("layer"), kind=rec.get("kind", "file"), target=rec.get("target"))
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "size": self.size}
-        if self.sha256 is not None:
-            out["sha256"] = self.sha256
-        if self.layer is not None:
-            out["layer"] = self.layer
-        if self.target is not None:
-            out["target"] = self.target
-        return out
-
+def module_name(path: str) -> tuple[str, bool]:
+    """``vllm/config/__init__.py`` -> ``("vllm.config", True)``; other ``.py`` -> (name, False)."""
+    stem = path[:-3] if path.endswith(".py") else path
+    if stem.endswith("/__init__") or stem == "__init__":
+        return stem[: -len("/__init__")].replace("/", "."), True
+    return stem.replace("/", "."), False
 
 @dataclass
 class Snapshot:
     """An opened snapshot folder (read-only view)."""
 
     root: Path
-    manifest: dict[str, Any] = field(repr=False)
+    manifest: Manifest = field(repr=False)
 
     @classmethod
     def open(cls, ref: str | Path) -> Snapshot:
@@ -79,14 +60,18 @@ class Snapshot:
                     data = json.loads(man.read_text(encoding="utf-8"))
                 except (OSError, ValueError) as err:
                     raise ReconError(f"unreadable manifest: {err}", where=str(man)) from err
-                return cls(root=cand.resolve(), manifest=data)
+                try:
+                    manifest = Manifest.from_json(data)
+                except ManifestError as err:
+                    raise ReconError(f"not a recon manifest: {err}", where=str(man)) from err
+                return cls(root=cand.resolve(), manifest=manifest)
         raise ReconError(f"no snapshot named {str(ref)!r} (looked for {MANIFEST} in "
                          + ", ".join(str(c) for c in candidates) + ")")
 
     # -- identity -------------------------------------------------------------
     @property
     def name(self) -> str:
-        return str(self.manifest.get("name") or self.root.name)
+        return self.manifest.name or self.root.name
 
     @property
     def src(self) -> Path:
@@ -94,11 +79,11 @@ class Snapshot:
 
     @property
     def package(self) -> str:
-        return str(self.manifest["package"]["name"])
+        return self.manifest.package.name
 
     @property
     def version(self) -> str | None:
-        return self.manifest["package"].get("version")
+        return self.manifest.package.version
 
     @property
     def label(self) -> str:
@@ -107,48 +92,52 @@ class Snapshot:
         return f"{self.package} {ver} ({self.name})"
 
     # -- files ----------------------------------------------------------------
-    @cached_property
+    @property
     def files(self) -> dict[str, FileRecord]:
-        """Every file's record, built once per opened snapshot (the manifest is read-only)."""
-        recs = self.manifest.get("files", {})
-        return {p: FileRecord.from_json(p, r) for p, r in recs.items()}
+        """Every file's record (the manifest's, built once when the snapshot was opened)."""
+        return self.manifest.files
 
     def python_files(self) -> Iterator[FileRecord]:
         """Regular ``.py`` files in path order (what the index parses)."""
-        for path, rec in sorted(self.manifest.get("files", {}).items()):
-            if path.endswith(".py") and rec.get("kind", "file") == "file":
-                yield FileRecord.from_json(path, rec)
+        for path, rec in sorted(self.manifest.files.items()):
+            if path.endswith(".py") and rec.kind == "file":
+                yield rec
 
     def path(self, rel: str) -> Path:
         return self.src / rel
 
     def read_bytes(self, rel: str) -> bytes:
         """The bytes of a file of the snapshot, never through a link (:func:`read_inside`)."""
-        if rel not in self.manifest.get("files", {}):
+        if rel not in self.manifest.files:
             raise ReconError(f"{rel} is not in snapshot {self.name}")
         return read_inside(self.src, rel)
 
     def read_text(self, rel: str) -> str:
         return self.read_bytes(rel).decode("utf-8", errors="surrogateescape")
 
-    def module_path(self, module: str) -> str | None:
-        """``vllm.config.compilation`` -> ``vllm/config/compilation.py`` (or package __init__).
+    @cached_property
+    def modules(self) -> dict[str, tuple[str, bool]]:
+        """Module name -> (file, is a package) for every regular ``.py`` file.
 
-        A package wins over a module of the same name, as in Python's import system
-        and in the index.
+        The one map from module names to files: the index, the slicer, bisect, the
+        probes and the hot-fix all read it. Where ``pkg/x.py`` and ``pkg/x/__init__.py``
+        both exist, the package wins, as in Python's import system.
         """
-        base = module.replace(".", "/")
-        files = self.manifest.get("files", {})
-        for cand in (f"{base}/__init__.py", f"{base}.py"):
-            if cand in files:
-                return cand
-        return None
+        table: dict[str, tuple[str, bool]] = {}
+        for rec in self.python_files():
+            mod, is_pkg = module_name(rec.path)
+            if is_pkg or mod not in table:
+                table[mod] = (rec.path, is_pkg)
+        return table
+
+    def module_path(self, module: str) -> str | None:
+        """``vllm.config.compilation`` -> ``vllm/config/compilation.py`` (or a package's
+        ``__init__.py``), from :attr:`modules`."""
+        hit = self.modules.get(module)
+        return hit[0] if hit else None
 
     def layer_of(self, rel: str) -> dict[str, Any] | None:
-        rec = self.manifest.get("files", {}).get(rel)
-        if not rec or rec.get("layer") is None:
-            return None
-        return self.manifest.get("layers", [])[rec["layer"]]
+        return self.manifest.layer_of(rel)
 
 
 def list_snapshots(base: Path | None = None) -> list[Snapshot]:

@@ -15,7 +15,6 @@ checked before anything is moved.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import re
 import sys
@@ -60,8 +59,8 @@ from ..acquire.writer import (
 )
 from ..errors import PackageNotFound, ReconError, UnsafeArchiveError
 from ..paths import snapshots_dir
-from ..version import __version__
-from .model import FORMAT_VERSION, MANIFEST, Snapshot
+from .manifest import TOOL, FileRecord, Manifest, PackageInfo, PythonInfo, SkippedRecord, now
+from .model import MANIFEST, Snapshot
 
 _NOT_PACKAGES = re.compile(r"(\.dist-info|\.egg-info|\.pth|\.py[cdo]?|\.so|__pycache__|\.egg-link|"
                            r"_distutils_hack|^_virtualenv|^__editable__.*|\.libs)$")
@@ -101,8 +100,8 @@ class _Found:
     others: list[Copy]
     interp: Interpreter
     dists: list[DistInfo]
-    files: dict[str, Any]
-    skipped: dict[str, Any]
+    files: dict[str, FileRecord]
+    skipped: dict[str, SkippedRecord]
     version: str | None
     dropped: list[str]  # links out of the package: in the staged tree, never in the snapshot
 
@@ -176,7 +175,7 @@ def _write(image: Image, base_dir: Path, *, name: str | None, packages: list[str
                 _move_copy(writer, wfd, found, base_dir)
             remove_tree_at(wfd, "rootfs")
             manifest = _manifest(image, found, snap_name, include, all_files)
-            write_json_at(wfd, MANIFEST, manifest, label=base_dir)
+            write_json_at(wfd, MANIFEST, manifest.to_json(), label=base_dir)
             dest = base_dir / snap_name
             if reuse_same and not force and _same_snapshot(dest, manifest):
                 return Snapshot.open(dest)  # the staging folder goes with the context
@@ -186,17 +185,17 @@ def _write(image: Image, base_dir: Path, *, name: str | None, packages: list[str
     return Snapshot.open(dest)
 
 
-def _same_snapshot(dest: Path, manifest: dict[str, Any]) -> bool:
+def _same_snapshot(dest: Path, manifest: Manifest) -> bool:
     """Whether ``dest`` is a snapshot of the same source, options and file contents."""
     try:
         old = Snapshot.open(dest).manifest
     except (ReconError, OSError, ValueError):
         return False
-    def digests(m: dict[str, Any]) -> dict[str, Any]:
-        return {p: r.get("sha256") for p, r in (m.get("files") or {}).items()}
-    same_source = all((old.get("source") or {}).get(k) == manifest["source"].get(k)
-                      for k in ("ref", "digest"))
-    return same_source and old.get("selection") == manifest.get("selection") and \
+
+    def digests(m: Manifest) -> dict[str, str | None]:
+        return {p: r.sha256 for p, r in m.files.items()}
+    same_source = all(old.source.get(k) == manifest.source.get(k) for k in ("ref", "digest"))
+    return same_source and old.selection == manifest.selection and \
         digests(old) == digests(manifest)
 
 
@@ -232,36 +231,34 @@ def _squash(image: Image, writer: TreeWriter, *, packages: list[str], package: s
 
 
 def _records(scan: ScanResult, chosen: Copy, writer: TreeWriter
-             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes | None], list[str]]:
+             ) -> tuple[dict[str, FileRecord], dict[str, SkippedRecord], dict[str, bytes | None],
+                        list[str]]:
     """The manifest's file and skipped records of the chosen copy, its version-bearing sources,
     and the links that leave the package (listed as skipped, removed before the move)."""
     prefix = chosen.path + "/"
-    files: dict[str, Any] = {}
+    files: dict[str, FileRecord] = {}
     version_src: dict[str, bytes | None] = {}
-    outside: dict[str, Any] = {}
+    outside: dict[str, SkippedRecord] = {}
     dropped = []
     for path, cap in sorted(scan.captured.items()):
         if not path.startswith(prefix):
             continue
         rel = f"{chosen.package}/{path[len(prefix):]}"
         if cap.outside:
-            outside[rel] = {"size": 0, "layer": cap.layer, "kind": "symlink", "target": cap.target,
-                            "reason": "points outside the package"}
+            outside[rel] = SkippedRecord(size=0, layer=cap.layer, kind="symlink",
+                                         target=cap.target, reason="points outside the package")
             dropped.append(path)
             continue
-        rec: dict[str, Any] = {"kind": cap.kind, "size": cap.size, "layer": cap.layer}
-        if cap.sha256:
-            rec["sha256"] = cap.sha256
-        if cap.target is not None:
-            rec["target"] = cap.target
-        files[rel] = rec
+        files[rel] = FileRecord(path=rel, sha256=cap.sha256 or None, size=cap.size,
+                                layer=cap.layer, kind=cap.kind, target=cap.target)
         if rel.endswith(("/version.py", "/_version.py")) or rel == f"{chosen.package}/__init__.py":
             fh = writer.open_read(path)
             version_src[rel] = fh.read(1 << 16) if fh else None
             if fh:
                 fh.close()
-    skipped = {f"{chosen.package}/{p[len(prefix):]}": v for p, v in sorted(scan.skipped.items())
-               if p.startswith(prefix)}
+    skipped = {rel: SkippedRecord.from_json(rel, v) for rel, v in
+               ((f"{chosen.package}/{p[len(prefix):]}", v) for p, v in sorted(scan.skipped.items())
+                if p.startswith(prefix))}
     return files, dict(sorted({**skipped, **outside}.items())), version_src, dropped
 
 
@@ -292,32 +289,26 @@ def _move_copy(writer: TreeWriter, wfd: int, found: _Found, base_dir: Path) -> N
 
 
 def _manifest(image: Image, found: _Found, snap_name: str, include: Iterable[str],
-              all_files: bool) -> dict[str, Any]:
+              all_files: bool) -> Manifest:
     chosen, interp, scan, files = found.chosen, found.interp, found.scan, found.files
-    return {
-        "format": FORMAT_VERSION,
-        "name": snap_name,
-        "tool": {"name": "recon", "version": __version__},
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": {"ref": image.ref, "scheme": image.scheme, "digest": image.digest,
-                   "platform": image.platform, **_jsonable(image.extra)},
-        "image": image.config.to_json() if image.config else None,
-        "layers": [layer.describe() for layer in image.layers],
-        "package": {"name": chosen.package, "version": found.version,
-                    "import_root": "/" + chosen.root + "/" + chosen.package,
-                    "real_path": "/" + chosen.path,
-                    "other_copies": ["/" + c.path for c in found.others]},
-        "python": {"executable": interp.path, "version": interp.version, "venv": interp.venv,
-                   "sys_path": ["/" + p for p in interp.sys_path]},
-        "distributions": found.dists,
-        "selection": {"include": list(include), "all_files": all_files,
-                      "skipped_files": len(found.skipped)},
-        "stats": {"entries_seen": scan.entries_seen, "duplicate_entries": scan.duplicates,
-                  "files": len(files), "bytes": sum(r["size"] for r in files.values())},
-        "files": files,
-        "skipped": found.skipped,
-        "parent": None,
-    }
+    return Manifest(
+        name=snap_name, created=now(), tool=TOOL,
+        source={"ref": image.ref, "scheme": image.scheme, "digest": image.digest,
+                "platform": image.platform, **_jsonable(image.extra)},
+        image=image.config.to_json() if image.config else None,
+        layers=[layer.describe() for layer in image.layers],
+        package=PackageInfo(name=chosen.package, version=found.version,
+                            import_root="/" + chosen.root + "/" + chosen.package,
+                            real_path="/" + chosen.path,
+                            other_copies=["/" + c.path for c in found.others]),
+        python=PythonInfo(executable=interp.path, version=interp.version, venv=interp.venv,
+                          sys_path=["/" + p for p in interp.sys_path]),
+        distributions=[dict(d) for d in found.dists],
+        selection={"include": list(include), "all_files": all_files,
+                   "skipped_files": len(found.skipped)},
+        stats={"entries_seen": scan.entries_seen, "duplicate_entries": scan.duplicates,
+               "files": len(files), "bytes": sum(r.size for r in files.values())},
+        files=files, skipped=found.skipped, parent=None)
 
 
 def _jsonable(extra: dict[str, Any]) -> dict[str, Any]:
