@@ -16,6 +16,7 @@ import pytest
 from recon.errors import ReconError
 from recon.index import SnapshotIndex, index_source, load_index
 from recon.index.resolve import Resolver
+from recon.slicing.modules import ModuleSet
 from recon.snapshots.model import Snapshot
 from recon.snapshots.take import take_snapshot
 
@@ -329,6 +330,10 @@ def test_a_package_shadows_a_module_of_its_name_everywhere(tmp_path: Path) -> No
     assert idx.modules["shadowpkg.x"].path == "shadowpkg/x/__init__.py"
     assert snap.module_path("shadowpkg.x") == idx.modules["shadowpkg.x"].path
     assert "return 'package'" in idx.source("shadowpkg.x:f")
+    # the slicer reads the same table; the shadowed file is said, not indexed
+    assert ModuleSet(snap).names["shadowpkg.x"] == ("shadowpkg/x/__init__.py", True)
+    assert {m: i.path for m, i in idx.modules.items()} == {m: p for m, (p, _) in snap.modules.items()}
+    assert any("shadowed by the package shadowpkg.x" in w for w in idx.warnings["shadowpkg/x.py"])
 
 
 def test_dotted_names_split_at_the_longest_module() -> None:
