@@ -112,7 +112,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm.device.memory": (
         "Free memory on device (139.29/139.8 GiB) on startup. Desired GPU memory utilization is "
         "(0.92, 128.62 GiB). Actual usage is 1.61 GiB for weight",
-        {"gpu_free_gib": 139.29, "gpu_total_gib": 139.8}),
+        {"gpu_free_gib": 139.29, "gpu_total_gib": 139.8, "gpu_util_current": 0.92,
+         "gpu_memory_requested_gib": 128.62}),
     "vllm.device.name": (
         "Using default MoE config. Performance might be sub-optimal! Config file not found at "
         "/x/fused_moe/configs/E=8,N=512,device_name=NVIDIA_H200.json",

@@ -172,3 +172,39 @@ def test_sglang_log_with_sglang_snapshot(sglang_latest: Snapshot) -> None:
     assert row.status in ("match", "mismatch") and isinstance(row.predicted, int)
     used = {(i["option"], i["value"], i["line"]) for i in report.inputs}
     assert ("available_gb", 40.96, 4) in used and ("pre_load_gb", 78.98, 3) in used
+
+
+PUBLIC_031 = DATA / "public" / "vllm-0.31.0-llama-3.1-8b-a100.log"
+LLAMA = EXAMPLES_DIR / "llama-3.1-8b-instruct.json"
+
+
+@pytest.mark.wheels
+def test_public_031_default_share_and_kv_pool(pip_snapshot: Callable[..., Snapshot],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public vLLM 0.31.0 start-up (Llama-3.1-8B, one A100 80GB, no flag but the model).
+
+    Expected, from the log alone: the share in effect 0.92 (the release's default: the user
+    gave none), 460,496 KV tokens from 56.21 GiB (Llama-3.1-8B keeps 32 layers x 8 KV heads x
+    128 x K and V x 2 bytes = 128 KiB a token; 56.21 GiB, printed to 0.01, holds 460,431 to
+    460,513 of them), and 3.51x at 131,072 tokens a request.
+    """
+    only(monkeypatch, "kv-capacity")
+    snap = pip_snapshot("vllm==0.31.0")
+    report = analyze(PUBLIC_031, snapshot=snap, config=LLAMA,
+                     flags="vllm serve meta-llama/Llama-3.1-8B-Instruct",
+                     options={"gpu": "a100-80"})
+    rows = by_quantity(report)
+    per_token = 32 * 8 * 128 * 2 * 2
+    low, high = (int((56.21 + d) * (1 << 30)) // per_token for d in (-0.005, 0.005))
+    assert low <= 460496 <= high
+    assert (rows["gpu_util_current"].status, rows["gpu_util_current"].predicted) == ("match", 0.92)
+    assert rows["kv_cache_tokens"].status == "match"
+    assert low <= rows["kv_cache_tokens"].predicted <= high
+    assert rows["max_concurrency"].status == "match"
+    assert report.mismatches == []
+    # a share the user did not run is a mismatch, not a match by rounding
+    other = analyze(PUBLIC_031, snapshot=snap, config=LLAMA,
+                    flags="vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                          "--gpu-memory-utilization 0.9", options={"gpu": "a100-80"})
+    assert by_quantity(other)["gpu_util_current"].status == "mismatch"
+    assert other.mismatches

@@ -1121,6 +1121,7 @@ def facts(config: Any) -> dict[str, Any]:
         "mamba_cache_mode": _attr(cache, "mamba_cache_mode"),
         "enable_prefix_caching": _attr(cache, "enable_prefix_caching"),
         "kv_cache_dtype": _attr(cache, "cache_dtype"),
+        "gpu_memory_utilization": memory_share(cache),
         "mamba_ssm_cache_dtype": _attr(cache, "mamba_ssm_cache_dtype"),
         "max_num_seqs": _attr(sched, "max_num_seqs"),
         "max_num_batched_tokens": _attr(sched, "max_num_batched_tokens"),

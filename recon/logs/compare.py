@@ -63,6 +63,8 @@ LINKS: list[Link] = [
     Link("enable_prefix_caching", "kv-capacity", ("enable_prefix_caching",)),
     Link("tensor_parallel_size", "kv-capacity", ("tensor_parallel_size",)),
     Link("kv_cache_dtype", "kv-capacity", ("kv_cache_dtype",)),
+    # the share the release's CacheConfig defaults to (0.92 from 0.26.0 on) or was given
+    Link("gpu_util_current", "kv-capacity", ("gpu_memory_utilization",)),
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
     # SGLang: the release's own pool sizing for the free memory its log printed

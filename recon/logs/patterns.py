@@ -268,8 +268,11 @@ PATTERNS: list[LinePattern] = [
                 "source 0.26.0 (model config hooks: NemotronH); real H200 logs"),
     LinePattern("vllm.device.memory", "vllm", "startup",
                 _r(r"Free memory on device(?: \S+)? \((?P<gpu_free_gib>\d+(?:\.\d+)?)/"
-                   r"(?P<gpu_total_gib>\d+(?:\.\d+)?) GiB\) on startup"),
-                "source 0.26.0 (the worker's memory summary, and its 'less than desired' error)"),
+                   r"(?P<gpu_total_gib>\d+(?:\.\d+)?) GiB\) on startup"
+                   r"(?:\. Desired GPU memory utilization is \((?P<gpu_util_current>\d+(?:\.\d+)?), "
+                   r"(?P<gpu_memory_requested_gib>\d+(?:\.\d+)?) GiB\))?"),
+                "source 0.26.0 (the worker's memory summary, and its 'less than desired' error), "
+                "0.29.0-0.34.0 (the share in effect and its GiB); a public 0.31.0 log"),
     LinePattern("vllm.device.name", "vllm", "startup",
                 _r(r"device_name=(?P<gpu_device_name>[A-Za-z][\w-]*)[,.]"),
                 "source 0.26.0 (kernel config file names: fused MoE, fp8/int8 block GEMM, "

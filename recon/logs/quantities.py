@@ -66,6 +66,7 @@ QUANTITIES: dict[str, Quantity] = {
     "graph_capture_secs": Quantity("graph capture time", "s"),
     "graph_capture_gib": Quantity("graph capture memory", "GiB"),
     "gpu_util_current": Quantity("--gpu-memory-utilization in effect"),
+    "gpu_memory_requested_gib": Quantity("device memory the share asks for", "GiB"),
     "gpu_util_equivalent": Quantity("same KV without CUDA graph profiling"),
     "gpu_util_suggested": Quantity("utilization the engine suggests"),
     "model_load_gib": Quantity("model weights", "GiB"),

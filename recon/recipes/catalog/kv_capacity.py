@@ -527,7 +527,8 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
 KV_KEYS = ("kv_cache_tokens", "kv_cache_tokens_range", "max_concurrency",
            "max_concurrency_range", "kv_num_blocks", "kv_layers", "kv_spec_kinds",
            "attention_block_size", "max_model_len", "kv_cache_dtype", "enable_prefix_caching",
-           "tensor_parallel_size", "num_speculative_tokens", "draft_layers")
+           "tensor_parallel_size", "num_speculative_tokens", "draft_layers",
+           "gpu_memory_utilization")
 
 
 def run(ctx: RecipeContext) -> RecipeResult:
