@@ -247,6 +247,6 @@ def snapshot_listed_fingerprint(snap: Any) -> dict[str, tuple[str, str]]:
     pkg = snap.package
     out = snapshot_fingerprint(snap)
     for rel, rec in snap.manifest.skipped.items():
-        if rec.get("kind") == "symlink":
-            out[rel[len(pkg) + 1:]] = ("symlink", rec["target"])
+        if rec.kind == "symlink":
+            out[rel[len(pkg) + 1:]] = ("symlink", rec.target)
     return out

@@ -171,8 +171,8 @@ def _recon(archive: Path, out: Path) -> Fingerprint | None:
     on_disk = tree_fingerprint(snap.src / "vllm")
     assert snapshot_fingerprint(snap) == on_disk, "the manifest and the files disagree"
     # links out of the package are listed, not written (tests/test_containment_tree.py)
-    listed = {rel[len("vllm/"):]: ("symlink", rec["target"]) for rel, rec in snap.manifest.skipped.items()
-              if rec.get("kind") == "symlink"}
+    listed = {rel[len("vllm/"):]: ("symlink", rec.target) for rel, rec in snap.manifest.skipped.items()
+              if rec.kind == "symlink"}
     assert not any(os.path.lexists(snap.src / "vllm" / rel) for rel in listed)
     return {**on_disk, **listed}
 
