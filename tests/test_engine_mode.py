@@ -25,9 +25,11 @@ from recon.engine import child, env
 from recon.engine.config import (
     EngineFacts,
     EngineUsageError,
+    SERVER_MODULES,
+    VllmCommand,
     compiled_modules,
     engine_config,
-    serve_argv,
+    vllm_command,
 )
 from recon.engine.env import requirements, skip_reason
 from recon.engine.gpus import GPUS, UnknownGPU, gpu
@@ -193,9 +195,47 @@ def test_gpu_table() -> None:
         gpu("tpu")
 
 
-def test_serve_argv_keeps_the_command_as_typed() -> None:
-    assert serve_argv("vllm serve M --tensor_parallel 2 -O0 --speculative-config.method mtp") \
-        == ["M", "--tensor_parallel", "2", "-O0", "--speculative-config.method", "mtp"]
+def test_vllm_command_keeps_the_command_as_typed() -> None:
+    typed = "vllm serve M --tensor_parallel 2 -O0 --speculative-config.method mtp"
+    assert vllm_command(typed) == VllmCommand(
+        "serve", ["M", "--tensor_parallel", "2", "-O0", "--speculative-config.method", "mtp"], {})
+
+
+API = SERVER_MODULES[0]
+
+
+@pytest.mark.parametrize(("typed", "entry", "argv", "env"), [
+    # the environment typed before the program is the engine's, as the shell passes it
+    ("VLLM_USE_V1=1 CUDA_VISIBLE_DEVICES=6,7 vllm serve M --tp 2", "serve", ["M", "--tp", "2"],
+     {"VLLM_USE_V1": "1", "CUDA_VISIBLE_DEVICES": "6,7"}),
+    # the API server module: its own parser takes --model
+    (f"python3 -m {API} --model /m --port 8000", API, ["--model", "/m", "--port", "8000"], {}),
+    (f"CUDA_VISIBLE_DEVICES=0 /usr/bin/python3.12 -m {API} --model /m", API, ["--model", "/m"],
+     {"CUDA_VISIBLE_DEVICES": "0"}),
+    ("python -m vllm.entrypoints.cli.main serve M", "serve", ["M"], {}),
+    ("M --max-num-seqs 8", "serve", ["M", "--max-num-seqs", "8"], {}),
+    (["vllm", "serve", "M"], "serve", ["M"], {}),
+])
+def test_vllm_command_entry_points(typed: str | list[str], entry: str, argv: list[str],
+                                   env: dict[str, str]) -> None:
+    got = vllm_command(typed)
+    assert (got.entry, got.argv, got.env) == (entry, argv, env)
+    assert got.assumed == ""
+
+
+def test_bare_arguments_with_model_are_the_image_entry_point_and_say_so() -> None:
+    got = vllm_command("--model /models/Q --tensor_parallel_size 4")
+    assert (got.entry, got.argv) == (API, ["--model", "/models/Q", "--tensor_parallel_size", "4"])
+    assert API in got.assumed and "vllm-openai image" in got.assumed
+    # typed with vllm serve, the release's own serve parser decides (some refuse --model)
+    assert vllm_command("vllm serve --model /m").entry == "serve"
+
+
+@pytest.mark.parametrize("typed", ["python -m vllm.entrypoints.api_server --model m",
+                                   "vllm bench throughput --model m"])
+def test_other_programs_are_usage_errors(typed: str) -> None:
+    with pytest.raises(EngineUsageError):
+        vllm_command(typed)
 
 
 def _tiny_wheel(folder: Path, name: str) -> None:

@@ -60,14 +60,27 @@ def test_boards_of_one_size_are_named_not_chosen() -> None:
     assert len(notes) == 1 and "h100" in notes[0] and "a100-80" in notes[0] and "--set gpu" in notes[0]
 
 
+MOE_LINE = ("WARNING 12-01 21:20:59 [fused_moe.py:1107] Using default MoE config. Config file "
+            "not found at /x/configs/E=8,N=512,device_name={name}.json\n")
+
+
 def test_an_unknown_device_is_said_and_the_memory_decides() -> None:
-    text = ("WARNING 12-01 21:20:59 [fused_moe.py:1107] Using default MoE config. Config file not "
-            "found at /x/configs/E=8,N=512,device_name=NVIDIA_RTX_PRO_6000.json\n"
-            + MEMORY_LINE.format(free="94.1", total="94.97"))
-    taken, notes = _taken(text)
+    taken, notes = _taken(MOE_LINE.format(name="NVIDIA_L20")
+                          + MEMORY_LINE.format(free="51.9", total="52.5"))
     assert "gpu" not in taken
-    assert any("NVIDIA_RTX_PRO_6000" in n for n in notes)
-    assert any("no board recon knows has 94.97 GiB" in n for n in notes)
+    assert any("NVIDIA_L20" in n for n in notes)
+    assert any("no board recon knows has 52.5 GiB" in n for n in notes)
+
+
+def test_the_first_words_of_one_boards_name_name_it() -> None:
+    # the MoE config file of a real RTX PRO 6000 run names the device by its first words
+    taken, notes = _taken(MOE_LINE.format(name="NVIDIA_RTX_PRO_6000")
+                          + MEMORY_LINE.format(free="94.1", total="94.97"))
+    assert taken["gpu"] == "rtx-pro-6000" and notes == []
+    # words several boards start with name none of them (three H100s in the table)
+    taken, notes = _taken(MOE_LINE.format(name="NVIDIA_H100")
+                          + MEMORY_LINE.format(free="78.7", total="79.19"))
+    assert "gpu" not in taken and any("NVIDIA_H100" in n for n in notes)
 
 
 @pytest.mark.parametrize("line", [

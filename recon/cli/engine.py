@@ -52,6 +52,7 @@ def engine_config_cmd(
     config: Path = typer.Option(..., "--config", help="The model's config.json, or example:NAME for one shipped with recon."),
     gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
+    engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
     draft_config: Path | None = typer.Option(None, "--draft-config", help="SGLang: the draft model's config.json (for --speculative-draft-model-path)."),
@@ -72,8 +73,8 @@ def engine_config_cmd(
     cfg = load_config(config) or {}  # a path always gives a dict; None only for no config
     snap = ensure_snapshot(snapshot)
     if snap.package == "sglang":
-        if llm or kv_memory_gib is not None:
-            raise ReconError("--llm and --kv-memory-gib are vLLM options; SGLang engine mode "
+        if llm or engine_context or kv_memory_gib is not None:
+            raise ReconError("--llm, --engine-context and --kv-memory-gib are vLLM options; SGLang engine mode "
                              "resolves the server's ServerArgs")
         _sglang(snap, flags, cfg, gpu, extra, draft=load_config(draft_config) if draft_config
                 else None, sandbox=not no_sandbox, as_json=as_json)
@@ -81,7 +82,10 @@ def engine_config_cmd(
     if draft_config is not None:
         raise ReconError("--draft-config is an SGLang option (vLLM reads the draft model from "
                          "its speculative config)")
-    facts = engine_config(snap, flags, cfg, gpu=gpu, usage="llm" if llm else "serve",
+    if llm and engine_context:
+        raise ReconError("--llm and --engine-context are two usage contexts: give one")
+    usage = "llm" if llm else "engine" if engine_context else "serve"
+    facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage,
                           env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
     if as_json:
         emit_json(facts.as_json())

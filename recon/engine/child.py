@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import resource
+import runpy
 import sys
 import time
 import traceback
@@ -317,7 +318,7 @@ def torch_cuda_queries(gpu: dict[str, Any]) -> list[str]:
 
     Some releases ask torch directly, not the platform (0.13.0's FlashAttention
     version check calls ``torch.cuda.get_device_capability`` while the layers are
-    built). Availability and the device count stay this machine's (no CUDA, 0),
+    built; 0.10.2's Qwen3-Next allocates on ``torch.cuda.current_device()``). Availability and the device count stay this machine's (no CUDA, 0),
     so nothing looks for a driver; the platform answers those for the release.
     """
     import torch  # the installed CPU torch
@@ -325,7 +326,10 @@ def torch_cuda_queries(gpu: dict[str, Any]) -> list[str]:
     props = DeviceProperties(gpu)
     answers = {"get_device_capability": lambda device=None: (props.major, props.minor),
                "get_device_name": lambda device=None: props.name,
-               "get_device_properties": lambda device=None: props}
+               "get_device_properties": lambda device=None: props,
+               # the device index a layer allocates on (0.10.2's Qwen3-Next passes it as
+               # ``device=``): rank 0's; what is made there is made on meta (build_layers)
+               "current_device": lambda: 0}
     for name, fn in answers.items():
         setattr(torch.cuda, name, fn)
     return [f"torch.cuda.{name}" for name in answers]
@@ -382,25 +386,23 @@ class UsageError(Exception):
         self.code = code
 
 
-def parse_serve(argv: list[str], backend: str | None = None) -> Any:
-    """``vllm serve ARGV`` through the release's own serve parser; the namespace.
+def parse_serve(argv: list[str], backend: str | None = None, entry: str = "serve") -> Any:
+    """The command's arguments through the release's own parser of its entry point; the namespace.
 
-    ``backend``: an attention backend forced outside the command line, given as
-    the parser's own ``--attention-backend`` where it has one, else through
-    ``VLLM_ATTENTION_BACKEND`` (how older releases take it).
+    ``entry``: ``serve`` (``vllm serve ARGV``: the serve subcommand's parser) or a
+    module the user ran with ``python -m`` (its own ``__main__`` builds its parser;
+    see :func:`parse_module`). ``backend``: an attention backend forced outside the
+    command line, given as the parser's own ``--attention-backend`` where it has
+    one, else through ``VLLM_ATTENTION_BACKEND`` (how older releases take it).
     """
     parser_cls = _find(("vllm.utils.argparse_utils", "vllm.utils"), "FlexibleArgumentParser")
+    if entry != "serve":
+        return parse_module(parser_cls, entry, argv, backend)
     serve = importlib.import_module("vllm.entrypoints.cli.serve").ServeSubcommand()
     top = parser_cls(prog="vllm")
     subparsers = top.add_subparsers(required=False, dest="subparser")
     sub = serve.subparser_init(subparsers)
-    if backend:
-        flags = getattr(sub, "_option_string_actions", {})
-        if "--attention-backend" in flags:
-            if not any(a.split("=", 1)[0] == "--attention-backend" for a in argv):
-                argv = [*argv, "--attention-backend", backend]
-        else:
-            os.environ["VLLM_ATTENTION_BACKEND"] = backend
+    argv = with_backend(sub, argv, backend)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -411,6 +413,57 @@ def parse_serve(argv: list[str], backend: str | None = None) -> Any:
     if getattr(args, "model_tag", None) is not None:
         args.model = args.model_tag
     return args
+
+
+def with_backend(parser: Any, argv: list[str], backend: str | None) -> list[str]:
+    """``argv`` with a backend forced outside the command line, the way this release takes it."""
+    if not backend:
+        return argv
+    if "--attention-backend" in getattr(parser, "_option_string_actions", {}):
+        if not any(a.split("=", 1)[0] == "--attention-backend" for a in argv):
+            return [*argv, "--attention-backend", backend]
+        return argv
+    os.environ["VLLM_ATTENTION_BACKEND"] = backend
+    return argv
+
+
+class Parsed(Exception):
+    """Raised by the release's parser once it has parsed: its entry point goes no further."""
+
+    def __init__(self, args: Any) -> None:
+        super().__init__("parsed")
+        self.namespace = args
+
+
+def parse_module(parser_cls: Any, module: str, argv: list[str], backend: str | None) -> Any:
+    """``python -m MODULE ARGV``: the module's own ``__main__`` builds its parser and parses.
+
+    The module runs as ``__main__`` (what ``python -m`` does) with ``sys.argv`` set;
+    its first parse through the release's ``FlexibleArgumentParser`` returns the
+    namespace here and stops the entry point before it starts a server.
+    """
+    original = parser_cls.parse_args
+
+    def parse_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
+        given = list(sys.argv[1:] if args is None else args)
+        raise Parsed(original(self, with_backend(self, given, backend), namespace))
+
+    saved = sys.argv
+    sys.argv = [module, *argv]
+    parser_cls.parse_args = parse_args
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            runpy.run_module(module, run_name="__main__")
+    except Parsed as done:
+        return done.namespace
+    except SystemExit as exc:
+        raise UsageError(int(exc.code or 0) if not isinstance(exc.code, str) else 2,
+                         err.getvalue().strip()) from None
+    finally:
+        parser_cls.parse_args = original
+        sys.argv = saved
+    raise RuntimeError(f"python -m {module} did not parse a command line in this release")
 
 
 def trim_logged_configs(argv: list[str]) -> tuple[list[str], dict[str, list[str]]]:
@@ -500,9 +553,9 @@ def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, 
     args.load_format = "dummy"
     if usage == "llm":
         engine_args, context = arg_utils.EngineArgs.from_cli_args(args), "LLM_CLASS"
-    else:
+    else:  # the API server, or (Async)LLMEngine.from_engine_args' default context
         engine_args = arg_utils.AsyncEngineArgs.from_cli_args(args)
-        context = "OPENAI_API_SERVER"
+        context = "ENGINE_CONTEXT" if usage == "engine" else "OPENAI_API_SERVER"
     config = engine_args.create_engine_config(usage_context=getattr(usage_lib.UsageContext,
                                                                     context))
     return config, {"usage_context": context, "replaced_args": given}
@@ -597,6 +650,49 @@ def replace_cuda_objects(torch: Any) -> list[str]:
     return done
 
 
+def _is_gpu(device: Any) -> bool:
+    """Whether a ``device=`` argument names a GPU (``"cuda"``, ``"cuda:1"``, a device, an index)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True
+    return str(getattr(device, "type", device)).split(":")[0] == "cuda"
+
+
+def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
+    """A torch function mode that makes the tensors the release puts on the GPU on meta.
+
+    Layers and the backends they import allocate on the GPU by name
+    (``torch.zeros(..., device="cuda")``: FlashInfer MLA's workspace at import in
+    0.19.0), which a CPU torch refuses. Under this mode such a call makes a meta
+    tensor (shape and dtype, no memory), and ``.cuda()``/``.to("cuda")`` move to
+    meta; each function it redirected is named once in ``placed``.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class GpuToMeta(TorchFunctionMode):  # type: ignore[misc]
+        def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            name = getattr(func, "__name__", str(func))
+            if kwargs.get("pin_memory"):  # page-locking needs the driver; meta has no pages
+                kwargs["pin_memory"] = False
+                placed.append("pin_memory") if "pin_memory" not in placed else None
+            if name == "pin_memory" and args:
+                return args[0]
+            if "device" in kwargs and _is_gpu(kwargs["device"]):
+                kwargs["device"] = "meta"
+            elif name == "cuda" and args:
+                func, args, kwargs = torch.Tensor.to, (args[0], "meta"), {}
+            elif name == "to" and len(args) > 1 and _is_gpu(args[1]):
+                args = (args[0], "meta", *args[2:])
+            else:
+                return func(*args, **kwargs)
+            if name not in placed:
+                placed.append(name)
+            return func(*args, **kwargs)
+
+    return GpuToMeta()
+
+
 #: the model :func:`build_layers` built last (the V2 runner's graph inputs read it)
 BUILT: dict[str, Any] = {}
 
@@ -617,13 +713,16 @@ def build_layers(config: Any) -> dict[str, Any]:
     groups = install_groups(config.parallel_config)
     cuda_objects = replace_cuda_objects(torch)
     model_config = config.model_config
-    with default_dtype(model_config.dtype), torch.device("meta"):
+    placed: list[str] = []
+    with default_dtype(model_config.dtype), torch.device("meta"), \
+            gpu_tensors_on_meta(torch, placed):
         model = initialize(vllm_config=config, model_config=model_config, prefix="")
         draft = build_draft_layers(config, initialize)
     BUILT["model"] = model
     layers = config.compilation_config.static_forward_context
     return {"architecture": type(model).__name__, "groups": groups, "layers": len(layers),
-            "cuda_objects": cuda_objects, "draft": draft}
+            "cuda_objects": cuda_objects + [f"torch.{n} on the GPU -> meta" for n in placed],
+            "draft": draft}
 
 
 def build_draft_layers(config: Any, initialize: Callable[..., Any]) -> dict[str, Any] | None:
@@ -657,16 +756,63 @@ class RunnerView:
     method needs and this view lacks is an error naming it.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, runner: Any = None) -> None:
         self.vllm_config = config
         self.shared_kv_cache_layers: dict[str, str] = {}
         self.runner_only_attn_layers: set[str] = set()
+        self.__dict__["_runner_cls"] = runner
 
     def __getattr__(self, item: str) -> Any:
         config = self.__dict__["vllm_config"]
         if item.endswith("_config") and hasattr(config, item):
             return getattr(config, item)
-        raise AttributeError(f"recon engine mode: the model runner view has no {item!r}")
+        state = runner_state(config, self.__dict__.get("_runner_cls") or v1_runner())
+        if item in state.attributes:
+            return state.attributes[item]
+        stopped = f" (the release's model runner __init__ stopped first: {state.stopped})" \
+            if state.stopped else ""
+        raise AttributeError(f"recon engine mode: the model runner view has no {item!r}{stopped}")
+
+
+@dataclasses.dataclass
+class RunnerState:
+    """What the release's own model runner ``__init__`` set, as far as it got on meta."""
+
+    config: Any
+    attributes: dict[str, Any]
+    stopped: str | None
+
+
+#: the state of the last request's runner (one config at a time; a new config replaces it)
+BUILT_RUNNER: list[RunnerState] = []
+
+
+def runner_state(config: Any, runner: Any) -> RunnerState:
+    """The attributes the release's model runner sets in ``__init__``, for the view's lookups.
+
+    The view answers what it was given; any other attribute a method of the
+    release reads (``attention_chunk_size``, ``kv_cache_dtype``, ...) is the one
+    the runner's own ``__init__`` computes. That ``__init__`` runs once per config
+    on a bare instance, on the meta device with GPU tensors made on meta; where it
+    raises (a buffer it cannot make here), the attributes it set before stay, and
+    a lookup of a later one names where it stopped.
+    """
+    if BUILT_RUNNER and BUILT_RUNNER[0].config is config:
+        return BUILT_RUNNER[0]
+    import torch  # the installed CPU torch
+
+    bare = runner.__new__(runner) if runner is not None else None
+    stopped = None if bare is not None else "the release has no model runner class here"
+    if bare is not None:
+        placed: list[str] = []
+        try:
+            with torch.device("meta"), gpu_tensors_on_meta(torch, placed):
+                runner.__init__(bare, config, torch.device("cuda", 0))
+        except Exception as err:  # noqa: BLE001 - what it set before stays usable
+            stopped = f"{type(err).__name__}: {str(err)[:200]}"
+    state = RunnerState(config, dict(vars(bare)) if bare is not None else {}, stopped)
+    BUILT_RUNNER[:] = [state]
+    return state
 
 
 def resolve_layout(config: Any, spec: dict[str, Any]) -> Callable[[Any], str] | None:
@@ -740,7 +886,7 @@ def kv_cache_spec(config: Any) -> dict[str, Any]:
     if dcp > 1 and getattr(spec, "method", None) == "draft_model":
         raise RuntimeError("a draft model under decode context parallelism: the V2 runner's "
                            "KV spec depends on the built speculator, which engine mode lacks")
-    view = RunnerView(config)
+    view = RunnerView(config, v2)
     view.__dict__.update(speculator=None, dcp_size=dcp)
     return cast(dict[str, Any], v2.get_kv_cache_spec(view))
 
@@ -754,7 +900,11 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     """
     spec = kv_cache_spec(config)
     planning = ("vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils")
-    get_configs = _find(planning, "get_kv_cache_configs")
+    try:
+        get_configs = _find(planning, "get_kv_cache_configs")
+    except LookupError:  # 0.10.2: the engine core plans each worker, then unifies
+        get_configs = per_worker_planning(_find(planning, "get_kv_cache_config"),
+                                          _find(planning, "unify_kv_cache_configs"))
     args: list[Any] = [config, [spec], [int(kv_bytes)]]
     publish = resolve_layout(config, spec)
     groups = None
@@ -789,6 +939,18 @@ def kv_phase(config: Any, kv_bytes: int, out: dict[str, Any], *, report: bool) -
     tokens, concurrency = capacity(config, kv)
     out["kv"].update(kv_cache_tokens=int(tokens), max_concurrency=float(concurrency))
     return kv
+
+
+def per_worker_planning(plan_one: Callable[..., Any], unify: Callable[..., Any]) -> Any:
+    """The engine core's planning in releases without ``get_kv_cache_configs`` (0.10.2):
+    the release's ``get_kv_cache_config`` for each worker's specs and memory, then its
+    ``unify_kv_cache_configs`` over them, as ``EngineCore._initialize_kv_caches`` does."""
+    def get_kv_cache_configs(config: Any, specs: list[Any], memory: list[int]) -> list[Any]:
+        configs = [plan_one(config, spec, mem) for spec, mem in zip(specs, memory, strict=True)]
+        unify(configs)
+        return configs
+
+    return get_kv_cache_configs
 
 
 def forget_logged_once() -> None:
@@ -1406,7 +1568,7 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
             argv = list(req["argv"])
             if req.get("logged_args"):
                 argv, out["trimmed_configs"] = trim_logged_configs(argv)
-            args = parse_serve(argv, req.get("attention_backend"))
+            args = parse_serve(argv, req.get("attention_backend"), req.get("entry") or "serve")
             out["quantization"] = getattr(args, "quantization", None)
             if req.get("without_quantization"):  # the parent says why (the config has none)
                 args.quantization = None
@@ -1433,6 +1595,12 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": warm.probes,
                        **warm.gpu_packages.report(),
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
+                       "cuda_objects": (out.get("layers") or {}).get("cuda_objects", []),
+                       "model_runner_init": [
+                           "the release's model runner __init__ (for the attributes its "
+                           "methods read) ran on meta "
+                           + (f"until it raised {st.stopped}" if st.stopped else "whole")
+                           for st in BUILT_RUNNER],
                        "device_count": getattr(platform, "recon_counted", []),
                        "torch_device_queries": getattr(platform, "recon_torch_queries", []),
                        "platform": f"{type(platform).__mro__[1].__module__}."

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 import time
@@ -33,6 +32,7 @@ from ..paths import cache_dir
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
+from .command import python_module, typed_environment, words
 from .env import ReleaseEnv, gpu_only_modules, release_env, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
@@ -88,14 +88,59 @@ class EngineFacts:
                 "ran": self.ran}
 
 
-def serve_argv(flags: str | list[str]) -> list[str]:
-    """The arguments after ``vllm serve`` of a command line as the user typed it (or its argv)."""
-    tokens = list(flags) if isinstance(flags, list) else shlex.split(flags.replace("\\\n", " "))
+#: the usage contexts a command can be run in, as recon says them
+USAGES = {"serve": "vllm serve", "llm": "LLM(...) (offline)",
+          "engine": "an engine from (Async)EngineArgs in your code "
+                    "((Async)LLMEngine.from_engine_args)"}
+
+#: ``python -m`` modules that start vLLM's OpenAI server with their own parser
+#: (the vllm-openai images before ``vllm serve`` became their entry point)
+SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
+
+
+@dataclass(frozen=True)
+class VllmCommand:
+    """A vLLM command line as typed: which entry point parses it, its arguments, its environment.
+
+    ``entry`` is ``serve`` (``vllm serve ARGS`` or bare ``ARGS``) or the module a
+    ``python -m MODULE ARGS`` runs; the release's own parser of that entry reads
+    ``argv`` (``vllm serve`` refuses ``--model`` in some releases, the API server
+    module takes it). ``env``: the ``NAME=VALUE`` words typed before the program.
+    """
+
+    entry: str
+    argv: list[str]
+    env: dict[str, str]
+    assumed: str = ""
+
+
+def vllm_command(flags: str | list[str]) -> VllmCommand:
+    """How the user's command line starts vLLM (see :class:`VllmCommand`)."""
+    env, tokens = typed_environment(words(flags))
+    module, rest = python_module(tokens)
+    if module == "vllm.entrypoints.cli.main":
+        module, tokens = None, ["vllm", *rest]
+    if module is not None:
+        if module not in SERVER_MODULES:
+            raise EngineUsageError(f"python -m {module}: engine mode reads a vLLM server's "
+                                   f"command line (vllm serve ..., python -m "
+                                   f"{' or '.join(SERVER_MODULES)} ..., or flags)")
+        return VllmCommand(module, rest, env)
     if tokens[:1] == ["vllm"]:
         tokens = tokens[1:]
+        if tokens[:1] != ["serve"]:
+            raise EngineUsageError(f"vllm {' '.join(tokens[:1])}: engine mode reads the "
+                                   "server's command line (vllm serve ...)")
     if tokens[:1] == ["serve"]:
         tokens = tokens[1:]
-    return tokens
+    elif any(t == "--model" or t.startswith("--model=") for t in tokens):
+        # arguments alone, as given to a vllm-openai image: the images whose entry point is
+        # the API server module take --model, which `vllm serve` refuses in some releases
+        return VllmCommand(SERVER_MODULES[0], tokens, env,
+                           f"arguments without a program, with --model: read by python -m "
+                           f"{SERVER_MODULES[0]} (the vllm-openai image's entry point before "
+                           "vllm serve); type `vllm serve ...` if that is what ran")
+    return VllmCommand("serve", tokens, env)
 
 
 def compiled_modules(snapshot: Snapshot) -> list[str]:
@@ -240,7 +285,7 @@ def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[s
     said = [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {memory})"
             + ("" if explicit_gpu else f" -- not given, {DEFAULT_GPU} assumed"),
             f"{count} such GPUs visible",
-            "usage context: " + ("LLM(...) (offline)" if usage == "llm" else "vllm serve")]
+            "usage context: " + USAGES[usage]]
     return said
 
 
@@ -280,6 +325,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     Raises :class:`EngineUsageError` where the release's parser refuses the
     command line and :class:`EngineFailed` where it raises while deciding.
     """
+    if usage not in USAGES:
+        raise ReconError(f"usage context {usage!r}: one of {', '.join(USAGES)}")
     start = time.monotonic()
     board = lookup_gpu(gpu or DEFAULT_GPU)
     release_environment = environment(snapshot)
@@ -288,9 +335,11 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     kv_range = None if kv_memory_gib is None or not kv_memory_precision_gib else \
         [int((kv_memory_gib + d) * (1 << 30)) for d in (-kv_memory_precision_gib,
                                                          kv_memory_precision_gib)]
-    ask = _Ask(snapshot, release_environment, serve_argv(flags), config_json, board, gpu_count,
-               usage, env or {}, [kv_bytes, kv_range], timeout, sandbox,
-               {"attention_backend": attention_backend, "logged_args": logged_args})
+    command = vllm_command(flags)
+    ask = _Ask(snapshot, release_environment, command.argv, config_json, board, gpu_count,
+               usage, {**command.env, **(env or {})}, [kv_bytes, kv_range], timeout, sandbox,
+               {"attention_backend": attention_backend, "logged_args": logged_args,
+                "entry": "" if command.entry == "serve" else command.entry})
     result = ask.answer()
     unbacked = _unbacked_quantization(result, config_json)
     if unbacked:
@@ -299,6 +348,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
         if second.get("ok"):
             second["assumed"] = [unbacked]
             result = second
+    if command.assumed:
+        result = {**result, "assumed": [command.assumed, *(result.get("assumed") or [])]}
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
                   {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
 
@@ -466,14 +517,37 @@ def _stood_in(result: dict[str, Any]) -> str:
             "stand in without values: " + ", ".join(used[:12]) + (" ..." if len(used) > 12 else ""))
 
 
+def _where(snapshot: Snapshot, trace: str) -> str:
+    """Where a failure happened: the release's last own line, then the innermost frame.
+
+    The innermost frame is often torch's or a dependency's; the user needs the
+    line of the release that reached it (a file of the snapshot, named as in it).
+    """
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    if not frames:
+        return ""
+    own = None
+    for path, line in reversed(frames):
+        sep = f"/{snapshot.package}/"
+        parts = path.split(sep)
+        rels = [sep.lstrip("/") + sep.join(parts[i:]) for i in range(1, len(parts))]
+        rel = next((r for r in rels if r in snapshot.files), None)
+        if rel:
+            own = f"{rel}:{line}"
+            break
+    last = f"{frames[-1][0]}:{frames[-1][1]}"
+    if own is None or own.endswith(last.rsplit("/", 1)[-1]) and own.split(":")[0] in last:
+        return f" (at {own or last})"
+    return f" (at {own}, in {last})"
+
+
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
            usage: str, renv: ReleaseEnv, seconds: dict[str, float]) -> EngineFacts:
     if "usage_error" in result:
         raise EngineUsageError(f"{snapshot.label}: " + str(result["usage_error"]["message"]))
     if not result.get("ok"):
         err = (result.get("errors") or [{"error": "no answer"}])[-1]
-        frames = re.findall(r'File "([^"]+)", line (\d+)', str(err.get("traceback", "")))
-        where = f" (at {frames[-1][0]}:{frames[-1][1]})" if frames else ""
+        where = _where(snapshot, str(err.get("traceback", "")))
         errors = [r for r in result.get("log", []) if r.get("level") == "ERROR"]
         said = ""
         if errors:  # the release's own account (e.g. why a model class failed to import)

@@ -6,9 +6,13 @@ platform class (see :mod:`recon.engine.child`), so every decision the release
 takes from the device (batch defaults below 70 GiB, attention backend
 priorities per compute capability, FP8 support, ...) is the release's own.
 
-Memory is what ``torch.cuda.get_device_properties(0).total_memory`` reports on
-the real board (``nvidia-smi``'s MiB times 2**20), not the marketing size: the
-release compares it with thresholds such as 70 GiB.
+Memory is the board's total as ``nvidia-smi`` (``rocm-smi``; CUDA's
+``totalGlobalMem`` where NVML has no figure) prints it, in MiB times 2**20, not
+the marketing size: the release compares it with thresholds such as 70 GiB.
+On NVIDIA data-center boards torch's ``total_memory`` is 0.3-0.7 GiB less
+(an A100 80GB: 80.0 vs 79.25 GiB in a public 0.31.0 log), far from any
+threshold; a GiB figure the engine prints from it can differ by that much.
+The first board of each compute capability is the one ``--set gpu=smXY`` picks.
 """
 
 from __future__ import annotations
@@ -50,6 +54,38 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("b200", "NVIDIA B200", 10, 0, 183359 * MIB),
     GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB, memory_query=False),
     GPU("mi300x", "AMD Instinct MI300X", 9, 4, 196592 * MIB, platform="rocm"),
+    # more boards people run vLLM and SGLang on (name, capability and memory as public
+    # nvidia-smi / rocm-smi / deviceQuery output quotes them; sources in docs/engine-mode.md)
+    GPU("t4", "Tesla T4", 7, 5, 15360 * MIB),
+    GPU("v100-16", "Tesla V100-SXM2-16GB", 7, 0, 16384 * MIB),
+    GPU("v100-32", "Tesla V100-SXM2-32GB", 7, 0, 32768 * MIB),
+    GPU("a10g", "NVIDIA A10G", 8, 6, 23028 * MIB),
+    GPU("a10", "NVIDIA A10", 8, 6, 23028 * MIB),
+    GPU("a40", "NVIDIA A40", 8, 6, 46068 * MIB),
+    GPU("rtx-a6000", "NVIDIA RTX A6000", 8, 6, 49140 * MIB),
+    GPU("rtx3060", "NVIDIA GeForce RTX 3060", 8, 6, 12288 * MIB),
+    GPU("rtx3080", "NVIDIA GeForce RTX 3080", 8, 6, 10240 * MIB),
+    GPU("orin", "Orin", 8, 7, 62841 * MIB, memory_query=False),
+    GPU("l4", "NVIDIA L4", 8, 9, 23034 * MIB),
+    GPU("l40", "NVIDIA L40", 8, 9, 46068 * MIB),
+    GPU("rtx6000-ada", "NVIDIA RTX 6000 Ada Generation", 8, 9, 49140 * MIB),
+    GPU("rtx4060ti", "NVIDIA GeForce RTX 4060 Ti", 8, 9, 16380 * MIB),
+    GPU("rtx4070", "NVIDIA GeForce RTX 4070", 8, 9, 12282 * MIB),
+    GPU("rtx4080", "NVIDIA GeForce RTX 4080", 8, 9, 16376 * MIB),
+    GPU("h100-pcie", "NVIDIA H100 PCIe", 9, 0, 81559 * MIB),
+    GPU("h100-nvl", "NVIDIA H100 NVL", 9, 0, 95830 * MIB),
+    GPU("h800", "NVIDIA H800", 9, 0, 81559 * MIB),
+    GPU("h20", "NVIDIA H20", 9, 0, 97871 * MIB),
+    GPU("gh200", "NVIDIA GH200 480GB", 9, 0, 97871 * MIB),
+    GPU("gh200-144g", "NVIDIA GH200 144G HBM3e", 9, 0, 146831 * MIB),
+    GPU("gb200", "NVIDIA GB200", 10, 0, 189471 * MIB),
+    GPU("b300", "NVIDIA B300 SXM6 AC", 10, 3, 275040 * MIB),
+    GPU("thor", "NVIDIA Thor", 11, 0, 125772 * MIB, memory_query=False),
+    GPU("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 12, 0,
+        97887 * MIB),
+    GPU("rtx5080", "NVIDIA GeForce RTX 5080", 12, 0, 16303 * MIB),
+    GPU("mi250x", "AMD Instinct MI250X/MI250", 9, 0, 65520 * MIB, platform="rocm"),
+    GPU("mi210", "AMD Instinct MI210", 9, 0, 65520 * MIB, platform="rocm"),
 )}
 
 DEFAULT_GPU = "h100"

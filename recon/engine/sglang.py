@@ -30,6 +30,7 @@ from ..errors import ReconError
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
+from .command import python_module, typed_environment, words
 from .config import (
     DEFAULT_GPU_COUNT,
     EngineFailed,
@@ -131,9 +132,6 @@ class MemoryFigures:
                 "graphs": self.graphs, "without_draft": self.without_draft}
 
 
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-
-
 def launcher_argv(flags: str | list[str]) -> tuple[str, list[str], dict[str, str]]:
     """How the command starts the server, its arguments, and the environment typed before it.
 
@@ -141,18 +139,13 @@ def launcher_argv(flags: str | list[str]) -> tuple[str, list[str], dict[str, str
     or bare ``ARGS``; leading ``NAME=VALUE`` words are the engine's environment,
     as the shell would pass them.
     """
-    tokens = list(flags) if isinstance(flags, list) else shlex.split(flags.replace("\\\n", " "))
-    env: dict[str, str] = {}
-    while tokens and _ASSIGNMENT.match(tokens[0]) and not tokens[0].startswith("-"):
-        name, _, value = tokens.pop(0).partition("=")
-        env[name] = value
-    if tokens and os.path.basename(tokens[0]).startswith("python"):
-        tokens = tokens[1:]
-    if tokens[:1] == ["-m"] and len(tokens) > 1:
-        if tokens[1] not in LAUNCH_MODULES:
-            raise ReconError(f"python -m {tokens[1]}: engine mode reads the server's command "
+    env, tokens = typed_environment(words(flags))
+    module, rest = python_module(tokens)
+    if module is not None:
+        if module not in LAUNCH_MODULES:
+            raise ReconError(f"python -m {module}: engine mode reads the server's command "
                              f"line ({', '.join(LAUNCH_MODULES)} or sglang serve)")
-        return "launch_server", tokens[2:], env
+        return "launch_server", rest, env
     if tokens[:2] == ["sglang", "serve"]:
         return "serve", tokens[2:], env
     if not tokens or tokens[0].startswith("-"):

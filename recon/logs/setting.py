@@ -65,12 +65,18 @@ def settings_from_log(log: ServerLog) -> tuple[list[FromLog], list[str]]:
 
 
 def board_by_name(name: str) -> str | None:
-    """The table key of a device name as the release prints it (spaces may be underscores)."""
+    """The table key of a device name as the release prints it (spaces may be underscores).
+
+    The whole name, or the first words of exactly one board's name (a MoE config
+    file names an RTX PRO 6000 ``NVIDIA_RTX_PRO_6000``); a prefix that several boards
+    share (``NVIDIA H100``) names none.
+    """
     want = name.replace("_", " ").strip().lower()
     for board in GPUS.values():
         if board.name.lower() == want:
             return board.key
-    return None
+    starts = [b.key for b in GPUS.values() if b.name.lower().startswith(want + " ")]
+    return starts[0] if len(starts) == 1 else None
 
 
 def boards_by_memory(total_gib: float) -> list[str]:

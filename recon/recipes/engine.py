@@ -16,7 +16,8 @@ The options every engine-backed recipe shares (``--set``):
   ``VLLM_ATTENTION_BACKEND`` (the child looks);
 * ``available_kv_gib``: the engine's ``Available KV cache memory`` line, for
   KV tokens and concurrency;
-* ``usage``: ``serve`` (default, ``vllm serve``) or ``llm`` (``LLM(...)``);
+* ``usage``: ``serve`` (default, ``vllm serve``), ``llm`` (``LLM(...)``) or ``engine``
+  (an engine built from ``(Async)EngineArgs`` in the user's code);
 * ``gpu_count``: GPUs visible on the virtual machine (default 8).
 """
 
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..engine.config import DEFAULT_GPU_COUNT, EngineFacts, engine_config
+from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_config
 from ..engine.gpus import board_for
 from ..errors import ReconError
 from .base import Finding, NotApplicable, Provenance, RecipeContext, RecipeResult
@@ -51,8 +52,9 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
     """The engine-mode request a recipe context stands for (options validated)."""
     opts = ctx.options
     usage = str(opts.get("usage", "serve")).lower()
-    if usage not in ("serve", "llm"):
-        raise ReconError(f"--set usage: 'serve' (vllm serve) or 'llm' (LLM(...)), got {usage!r}")
+    if usage not in USAGES:
+        raise ReconError(f"--set usage: 'serve' (vllm serve), 'llm' (LLM(...)) or 'engine' "
+                         f"((Async)LLMEngine.from_engine_args), got {usage!r}")
     gib = opts.get("available_kv_gib")
     if gib is not None and (isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib <= 0):
         raise ReconError(f"--set available_kv_gib: a positive number of GiB, got {gib!r}")
@@ -128,12 +130,7 @@ def result(recipe: str, ctx: RecipeContext, facts: EngineFacts, said: list[str],
     res.provenance = _provenance(facts.ran)
     res.ran = facts.ran
     res.notes.append(f"engine mode: {len(facts.ran)} functions of the snapshot ran "
-                     f"(--json lists them); replaced: "
-                     + ", ".join(facts.replaced.get("compiled_modules", [])) + " (empty modules), "
-                     + "".join(f"{name} " for name in facts.replaced.get("gpu_packages", []))
-                     + ("(GPU-only packages the release requires: stand-ins), "
-                        if facts.replaced.get("gpu_packages") else "")
-                     + f"device queries ({facts.gpu.name})")
+                     f"(--json lists them); replaced: {replaced_note(facts)}")
     return res
 
 
@@ -141,6 +138,21 @@ def result(recipe: str, ctx: RecipeContext, facts: EngineFacts, said: list[str],
 _QUOTE = ("Setting attention block size", "Padding mamba page size", "GPU KV cache size",
           "Maximum concurrency", "Add ", "Setting kv cache block size", "cudagraph",
           "CUDA graph", "max_num_batched_tokens", "Mamba cache mode", "Chunked prefill")
+
+
+def replaced_note(facts: EngineFacts) -> str:
+    """What engine mode replaced for this answer, in one line (the full lists are in --json)."""
+    rep = facts.replaced
+    parts = [", ".join(rep.get("compiled_modules", [])) + " (empty modules)"]
+    if rep.get("gpu_packages"):
+        parts.append(" ".join(rep["gpu_packages"]) + " (GPU-only packages the release "
+                     "requires: stand-ins)")
+    parts.append(f"device queries ({facts.gpu.name})")
+    on_meta = [str(x).split(" ")[0] for x in rep.get("cuda_objects", []) if "-> meta" in str(x)]
+    if on_meta:
+        parts.append(", ".join(on_meta) + " (GPU tensors made on the meta device)")
+    parts += [str(x) for x in rep.get("model_runner_init", [])]
+    return "; ".join(parts)
 
 
 def _worth_quoting(message: str) -> bool:
