@@ -23,9 +23,9 @@ import pytest
 
 from recon.engine import child, env
 from recon.engine.config import (
+    SERVER_MODULES,
     EngineFacts,
     EngineUsageError,
-    SERVER_MODULES,
     VllmCommand,
     compiled_modules,
     engine_config,
@@ -409,6 +409,40 @@ def test_033_argparse_forms_are_the_engines(qwen3_next_033: Callable[[str], Engi
     assert facts.facts["cudagraph_mode"] == "NONE"
     assert "GPU: NVIDIA H100 80GB HBM3 (sm90, 79.6 GiB) -- not given, h100 assumed" \
         in facts.assumptions
+
+
+def test_033_a_reasoning_parser_is_left_out_and_said(
+        qwen3_next_033: Callable[[str], EngineFacts]) -> None:
+    # the release builds the parser from the tokenizer engine mode does not load: without
+    # the retry there is no answer at all (0.20 and later); with it, the same numbers
+    plain = qwen3_next_033("--max-num-seqs 8")
+    parsed = qwen3_next_033("--max-num-seqs 8 --reasoning-parser qwen3 --enable-auto-tool-choice "
+                            "--tool-call-parser hermes")
+    keys = ("cudagraph_capture_sizes", "attention_block_size", "max_num_seqs",
+            "max_num_batched_tokens", "enable_prefix_caching")
+    assert {k: parsed.facts[k] for k in keys} == {k: plain.facts[k] for k in keys}
+    said = [a for a in parsed.assumptions if a.startswith("--reasoning-parser qwen3 was left out")]
+    assert len(said) == 1 and "tokenizer" in said[0]
+    assert not any("reasoning" in a for a in plain.assumptions)
+
+
+def test_019_api_server_module_takes_model_and_serve_agrees(
+        pip_snapshot: Callable[..., Snapshot]) -> None:
+    # python -m vllm.entrypoints.openai.api_server: that module's own parser (it takes
+    # --model); bare arguments with --model are read the same way and said so
+    snap = pip_snapshot("vllm==0.19.0")
+    cfg = _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json")
+    rest = "--max-num-seqs 40 --max-num-batched-tokens 8192"
+    module = engine_config(snap, f"python3 -m {API} --model=/m/Qwen3-Next {rest}", cfg)
+    served = engine_config(snap, f"vllm serve /m/Qwen3-Next {rest}", cfg)
+    bare = engine_config(snap, f"--model /m/Qwen3-Next {rest}", cfg)
+    keys = ("max_num_seqs", "cudagraph_capture_sizes", "max_num_batched_tokens",
+            "attention_block_size", "mamba_cache_mode")
+    assert module.facts["max_num_seqs"] == 40
+    assert {k: module.facts[k] for k in keys} == {k: served.facts[k] for k in keys} \
+        == {k: bare.facts[k] for k in keys}
+    assert any(API in a for a in bare.assumptions)
+    assert not any(API in a for a in module.assumptions + served.assumptions)
 
 
 def test_033_on_b200_flashinfer_is_picked_and_without_its_values_there_is_no_answer(

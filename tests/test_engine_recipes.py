@@ -1,8 +1,8 @@
 """The recipes in engine mode, checked against numbers real vLLM engines printed.
 
 Expected values are the engines' own: the public start-up logs of
-``tests/data/public-logs/cases-dev.json`` (the command as the user typed it, the
-config written from public facts) and the real H200 runs of vLLM 0.26.0 in
+``tests/data/public-logs/cases-dev.json`` and ``cases-found.json`` (the command as the
+user typed it, the config written from public facts) and the real H200 runs of vLLM 0.26.0 in
 ``tests/data/logs/real``. Everything runs as a user would: the ``recon`` CLI in a
 subprocess, the release's own code in the sandbox.
 
@@ -24,6 +24,9 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 CASES = json.loads((DATA / "public-logs" / "cases-dev.json").read_text())["cases"]
+#: more public logs, found beyond the development set (sources in the file): other releases,
+#: boards, entry points (the API server module, an engine from AsyncEngineArgs), parsers
+FOUND = json.loads((DATA / "public-logs" / "cases-found.json").read_text())["cases"]
 CONFIGS = DATA / "public-logs" / "configs"
 REAL = DATA / "logs" / "real"
 RECIPE = {"page-align": "vllm-hybrid-page-align", "kv": "kv-capacity",
@@ -64,7 +67,8 @@ def _marks(case: dict[str, Any]) -> list[Any]:
     return marks
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"], marks=_marks(c)) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"], marks=_marks(c))
+                                  for c in CASES + FOUND])
 def test_public_log_case(case: dict[str, Any]) -> None:
     """Each number the engine printed, from the command line exactly as the user typed it."""
     done = recon(*case_command(case))

@@ -1570,8 +1570,11 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
                 argv, out["trimmed_configs"] = trim_logged_configs(argv)
             args = parse_serve(argv, req.get("attention_backend"), req.get("entry") or "serve")
             out["quantization"] = getattr(args, "quantization", None)
+            out["reasoning_parser"] = getattr(args, "reasoning_parser", None)
             if req.get("without_quantization"):  # the parent says why (the config has none)
                 args.quantization = None
+            if req.get("without_reasoning_parser"):  # the parent says why (no tokenizer here)
+                args.reasoning_parser = None
             out["phases"]["parse"] = round(time.monotonic() - imported, 2)
             config, how = build_config(args, req["model_dir"], req.get("usage", "serve"))
             out["phases"]["config"] = round(time.monotonic() - imported - out["phases"]["parse"], 2)

@@ -340,14 +340,21 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                usage, {**command.env, **(env or {})}, [kv_bytes, kv_range], timeout, sandbox,
                {"attention_backend": attention_backend, "logged_args": logged_args,
                 "entry": "" if command.entry == "serve" else command.entry})
-    result = ask.answer()
-    unbacked = _unbacked_quantization(result, config_json)
-    if unbacked:
-        again = _Ask(**{**vars(ask), "options": {**ask.options, "without_quantization": True}})
-        second = again.answer()
-        if second.get("ok"):
-            second["assumed"] = [unbacked]
-            result = second
+    result = first = ask.answer()
+    left_out: list[str] = []
+    for option, reason in (("without_quantization", _unbacked_quantization),
+                           ("without_reasoning_parser", _tokenizer_bound)):
+        why = reason(result, config_json)
+        if why:  # asked again without what recon cannot give the release (each said)
+            ask = _Ask(**{**vars(ask), "options": {**ask.options, option: True}})
+            left_out.append(why)
+            result = ask.answer()
+            if result.get("ok"):
+                break
+    if not result.get("ok"):  # the user's own command's error, not a retry's
+        result = first
+    elif left_out:
+        result = {**result, "assumed": left_out}
     if command.assumed:
         result = {**result, "assumed": [command.assumed, *(result.get("assumed") or [])]}
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
@@ -371,6 +378,23 @@ def _unbacked_quantization(result: dict[str, Any], config_json: dict[str, Any]) 
     return (f"--quantization {method} was left out: the config.json has no quantization_config, "
             f"and the release needs the checkpoint's to build it ({err[:200]}); the answer is "
             "the unquantized model's (a KV-cache scheme the checkpoint may set is not known)")
+
+
+def _tokenizer_bound(result: dict[str, Any], config_json: dict[str, Any]) -> str | None:
+    """Why a failed answer is asked again without ``--reasoning-parser`` (None: it is not).
+
+    The release builds the reasoning parser from the model's tokenizer while it
+    builds its config (0.20 and later); engine mode loads no tokenizer
+    (``skip_tokenizer_init``), so the construction fails there, never on a server.
+    The parser reads generated text: it sizes no cache and no graph.
+    """
+    parser = result.get("reasoning_parser")
+    if result.get("ok") or "usage_error" in result or not parser:
+        return None
+    err = _error_text((result.get("errors") or [{}])[-1])
+    return (f"--reasoning-parser {parser} was left out: the release builds it from the model's "
+            f"tokenizer, which engine mode does not load ({err[:160]}); it reads generated "
+            "text and sizes no cache or graph")
 
 
 @dataclass

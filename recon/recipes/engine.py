@@ -105,9 +105,11 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
         except ReconError as err:
             if ctx.config is not None:
                 raise
-            raise ReconError(f"{err} -- with no --config, a small dense decoder stood for the model "
-                             "and this command line needs more of one (MTP layers, a hybrid...): "
-                             "give --config your model's config.json (or example:NAME)") from err
+            # the same kind of error (its exit code says which), with what may have caused it
+            raise type(err)(f"{err} -- with no --config, a small dense decoder stood for the "
+                            "model and this command line needs more of one (MTP layers, a "
+                            "hybrid...): give --config your model's config.json (or "
+                            "example:NAME)") from err
     return _MEMO[key], said
 
 
