@@ -188,6 +188,39 @@ def test_gpu_methods_answer_for_the_declared_board() -> None:
     assert cls.device_count() == 8
 
 
+@pytest.mark.parametrize(("platform", "active"), [("cuda", "nvidia"), ("rocm", "amd")])
+def test_triton_sees_the_declared_boards_driver(platform: str, active: str) -> None:
+    backends = pytest.importorskip("triton.backends").backends
+    saved = {name: b.driver.__dict__["is_active"] for name, b in backends.items()}
+    try:
+        assert not any(b.driver.is_active() for b in backends.values())  # no GPU here
+        said = child.triton_driver({"platform": platform})
+        assert {name: b.driver.is_active() for name, b in backends.items()} == \
+            {name: name == active for name in backends}
+        assert f"triton.backends.{active} driver active: True" in said
+    finally:
+        for name, fn in saved.items():
+            backends[name].driver.is_active = fn
+
+
+def test_tensors_put_on_the_gpu_are_made_on_meta() -> None:
+    import torch
+
+    placed: list[str] = []
+    with child.gpu_tensors_on_meta(torch, placed):
+        made = torch.zeros(4, 2, device="cuda", dtype=torch.float16)
+        by_index = torch.empty(3, device=0)
+        moved = torch.ones(2).cuda()
+        sent = torch.ones(2).to("cuda:1")
+        pinned = torch.empty(8, pin_memory=True)
+        kept = torch.ones(2)
+    assert [t.device.type for t in (made, by_index, moved, sent)] == ["meta"] * 4
+    assert made.shape == (4, 2) and made.dtype == torch.float16
+    assert pinned.device.type == "cpu" and not pinned.is_pinned()
+    assert kept.device.type == "cpu" and kept.sum().item() == 2.0  # host tensors untouched
+    assert {"zeros", "empty", "cuda", "to", "pin_memory"} <= set(placed)
+
+
 def test_gpu_table() -> None:
     assert gpu("A100") is GPUS["a100-80"]
     assert gpu("mi300x").platform == "rocm"

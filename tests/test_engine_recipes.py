@@ -32,7 +32,7 @@ REAL = DATA / "logs" / "real"
 RECIPE = {"page-align": "vllm-hybrid-page-align", "kv": "kv-capacity",
           "capture": "vllm-capture-sizes"}
 #: releases whose engine-mode environment the suite builds anyway (tests/test_engine_mode.py)
-IN_CI = {"0.19.0", "0.26.0", "0.28.0", "0.33.0"}
+IN_CI = {"0.10.2", "0.19.0", "0.26.0", "0.28.0", "0.33.0"}
 ALL = os.environ.get("RECON_ENGINE_ALL") == "1"
 #: cases recon cannot answer yet, and why (strict: an answer makes the test say so)
 NOT_YET: dict[str, str] = {}

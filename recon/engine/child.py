@@ -335,6 +335,61 @@ def torch_cuda_queries(gpu: dict[str, Any]) -> list[str]:
     return [f"torch.cuda.{name}" for name in answers]
 
 
+def triton_driver(gpu: dict[str, Any]) -> list[str]:
+    """Triton's driver check answers as on the declared GPU's server: its backend is active.
+
+    Releases decide whether Triton is usable by asking each installed Triton
+    backend's driver ``is_active()`` (exactly one must be), and replace Triton
+    with a placeholder otherwise; kernels then fail at import (0.10.2's Qwen3-Next
+    reads ``triton.language.exp``). On the server the GPU's backend is the active
+    one: NVIDIA's, or AMD's for a ROCm board. The names answered are returned.
+    """
+    try:
+        backends = importlib.import_module("triton.backends").backends
+    except Exception:  # noqa: BLE001 - no usable Triton here: the release decides without it
+        return []
+    want = "amd" if gpu.get("platform") == "rocm" else "nvidia"
+    done = []
+    for name, backend in backends.items():
+        driver = getattr(backend, "driver", None)
+        if driver is not None:
+            active = name == want
+            driver.is_active = staticmethod(lambda active=active: active)
+            done.append(f"triton.backends.{name} driver active: {active}")
+    with contextlib.suppress(ImportError, AttributeError):
+        importlib.import_module("triton.runtime").driver.set_active(VirtualTritonDriver(gpu))
+        done.append("triton.runtime.driver.active (the declared GPU's target)")
+    return done
+
+
+class VirtualTritonDriver:
+    """Triton's active driver as the declared GPU's server would have it: its target only.
+
+    The real driver loads the CUDA driver library when it is made; what a
+    release asks of it while deciding (the target's backend and architecture)
+    comes from the table. Anything else is an error naming it.
+    """
+
+    def __init__(self, gpu: dict[str, Any]) -> None:
+        self.gpu = gpu
+
+    def get_current_target(self) -> Any:
+        target = importlib.import_module("triton.backends.compiler").GPUTarget
+        if self.gpu.get("platform") == "rocm":
+            raise RuntimeError("recon engine mode: the ROCm board's Triton target (gfx name) "
+                               "is not in recon/engine/gpus.py")
+        return target("cuda", int(self.gpu["major"]) * 10 + int(self.gpu["minor"]), 32)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def is_active(self) -> bool:
+        return True
+
+    def __getattr__(self, item: str) -> Any:
+        raise AttributeError(f"recon engine mode: the virtual Triton driver has no {item!r}")
+
+
 def virtual_platform(gpu: dict[str, Any]) -> Any:
     """An instance of a subclass of the release's own platform class for ``gpu``."""
     interface = importlib.import_module("vllm.platforms.interface")
@@ -1516,7 +1571,8 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     handler = LOG_RECORDS
     handler.install()
     platform = virtual_platform(dict(req["gpu"]))
-    platform.recon_torch_queries = torch_cuda_queries(dict(req["gpu"]))
+    platform.recon_torch_queries = torch_cuda_queries(dict(req["gpu"])) \
+        + triton_driver(dict(req["gpu"]))
     return finder, gpu_packages, handler, platform
 
 
