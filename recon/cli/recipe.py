@@ -68,8 +68,17 @@ def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         return
     console.print(f"[bold]{r['name']}[/] ({r['engine']}): {r['title']}\n")
     console.print(r["why"] + "\n")
-    console.print("flags read:  " + (", ".join("--" + f.replace("_", "-") for f in r["reads_flags"]) or "none"))
-    console.print("config keys: " + (", ".join(r["reads_config"]) or "none"))
+    read = ", ".join("--" + f.replace("_", "-") for f in r["reads_flags"]) or "none"
+    if r["engine_mode"]:
+        from ..recipes.engine import ENGINE_OPTIONS
+
+        console.print("flags read:  all of them, by the release's own parser (engine mode); "
+                      f"--set mode=slice reads {read} with recon's reading")
+        console.print("config:      the whole config.json, through the release's config classes")
+        console.print("options:     " + ", ".join(f"--set {o}=..." for o in ENGINE_OPTIONS))
+    else:
+        console.print("flags read:  " + read)
+        console.print("config keys: " + (", ".join(r["reads_config"]) or "none"))
     if r["example"]:
         engine = "sglang" if r["engine"] == "sglang" else "vllm"
         console.print(f"example:     recon recipe run {r['name']} --snapshot pip:{engine} {r['example']}")

@@ -321,11 +321,15 @@ class Recipe:
     #: optional packages the recipe imports for real (``torch``): checked before it runs, so a
     #: missing one is an install line, and shown by ``recipe list``
     needs: tuple[str, ...] = ()
+    #: answered in engine mode: the release's own parser reads the whole command line, and
+    #: ``reads_flags``/``reads_config`` are what ``--set mode=slice`` (recon's reading) reads
+    engine_mode: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "title": self.title, "why": self.why,
                 "reads_flags": self.reads_flags, "reads_config": self.reads_config,
-                "example": self.example, "needs": list(self.needs)}
+                "example": self.example, "needs": list(self.needs),
+                "engine_mode": self.engine_mode}
 
 
 def load_model_config(path: str | Path | None) -> dict[str, Any] | None:

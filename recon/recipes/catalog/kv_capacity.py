@@ -686,8 +686,8 @@ register(Recipe(
     title="KV bytes per token per layer type, tokens per GiB and maximum concurrency",
     why=("The start-up lines 'GPU KV cache size' and 'Maximum concurrency' follow from config, "
          "flags and the available KV memory by the release's own formula; predict them before "
-         "a restart (a server whose three KV lines were green crashed on a 93K-token prefill). Options: --set available_kv_gib=N (from 'Available "
-         "KV cache memory'), attention_layers=N, mamba_layers=M."),
+         "a restart (a server whose three KV lines were green crashed on a 93K-token prefill). "
+         "--set available_kv_gib=N takes the 'Available KV cache memory' line."),
     reads_flags=["max_model_len", "tensor_parallel_size", "dtype", "kv_cache_dtype", "block_size",
                  "speculative_config", "enable_prefix_caching", "mamba_cache_mode",
                  "mamba_ssm_cache_dtype"],
@@ -695,6 +695,7 @@ register(Recipe(
                   "head_dim", "layer_types", "full_attention_interval", "hybrid_override_pattern",
                   "sliding_window", "max_position_embeddings", "torch_dtype"],
     run=run,
+    engine_mode=True,
     example=("--config example:llama-3.1-8b-instruct --flags 'vllm serve "
              "meta-llama/Llama-3.1-8B-Instruct --max-model-len 131072' --set available_kv_gib=60"),
     demo_options={"available_kv_gib": 40},

@@ -802,11 +802,12 @@ register(Recipe(
     title="CUDA-graph capture sizes the release really uses, and which decode steps run eager",
     why=("With MTP and num_speculative_tokens=3, vLLM silently rounds every capture size up to a "
          "multiple of 4 and drops those above the max: [1,2,4,8,16,32,64] becomes [4,8,16,32,64], "
-         "and a decode step of more than 16 requests (64 tokens) runs eager. Options: --set attn_cg_support=UNIFORM_BATCH, gpu=sm90, cudagraph_mode=..."),
+         "and a decode step of more than 16 requests (64 tokens) runs eager."),
     reads_flags=["compilation_config", "max_num_seqs", "max_num_batched_tokens",
                  "speculative_config", "tensor_parallel_size", "enforce_eager", "cuda_graph_sizes"],
     reads_config=[],
     run=run,
+    engine_mode=True,
     example=("--config example:qwen3-next-80b-a3b-instruct --flags 'vllm serve M --max-num-seqs 16 --speculative-config "
              "\"{\\\"method\\\":\\\"mtp\\\",\\\"num_speculative_tokens\\\":3}\" --compilation-config "
              "\"{\\\"cudagraph_capture_sizes\\\":[1,2,4,8,16,32,64],\\\"max_cudagraph_capture_size\\\":64}\"'"),

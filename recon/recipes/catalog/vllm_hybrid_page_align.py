@@ -3,7 +3,7 @@
 For hybrid attention/mamba models vLLM raises the attention block size until
 one attention page holds at least one mamba state, then pads the mamba page to
 the attention page (log lines ``Setting attention block size to N tokens`` and
-``Padding mamba page size by X%``; field notes, seeds 000 and 004). This recipe
+``Padding mamba page size by X%``; two of the field investigations). This recipe
 runs, in one sandboxed child and in the engine's own order:
 
 1. the model's ``MODELS_CONFIG_MAP`` hook (e.g. NemotronH's float32 SSM cache
@@ -762,15 +762,15 @@ register(Recipe(
     title="Attention block size, mamba/attention page sizes and mamba padding of a hybrid model",
     why=("vLLM silently raises the attention block size of hybrid attention/mamba models "
          "(Qwen3-Next, Nemotron-H, Jamba, ...) and pads the mamba page; the block size then "
-         "drives prefix caching and align-mode state columns (field notes, seeds 000 and 004). "
-         "Options: --set gpu=sm90, attention_backend=FLASH_ATTN, kernel_block_sizes=[..], "
-         "kernel_block_multiple=N, mamba_checkpoint_alignment=N."),
+         "drives prefix caching and align-mode state columns, and a user who assumed 16 "
+         "indexes the wrong state column."),
     reads_flags=["dtype", "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
                  "block_size", "tensor_parallel_size", "enable_prefix_caching",
                  "mamba_cache_mode", "speculative_config", "max_model_len"],
     reads_config=["architectures", "model_type", "torch_dtype", "num_key_value_heads", "head_dim",
                   "(the model class's mamba state keys)"],
     run=run,
+    engine_mode=True,
     example="--config example:qwen3-next-80b-a3b-instruct "
             "--flags 'vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4'",
     demos=[
