@@ -230,13 +230,13 @@ def test_all_sources_agree_with_umoci(built: dict[str, object], loaded: str, sav
 
 @pytest.mark.docker
 def test_engine_source_removes_its_container(loaded: str, docker_client, tmp_path: Path) -> None:  # noqa: ANN001
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    before = {c["Id"] for c in docker_client.api.containers(all=True)}
     snap = take_snapshot(f"docker:{loaded}", out=tmp_path, package="vllm", include=["vllm/envs.py"])
     assert list(snap.files) == ["vllm/envs.py"]
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
     with pytest.raises(ReconError, match="package 'nope' not found"):
         take_snapshot(f"docker:{loaded}", out=tmp_path, package="nope")
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
     assert not list(tmp_path.glob(".*partial*"))
 
 
@@ -254,7 +254,13 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
     from recon.acquire.sources.daemon import CONTAINER_LABEL
 
     label = {"label": f"{CONTAINER_LABEL}={loaded}"}
-    assert not docker_client.containers.list(all=True, filters=label)
+
+    def labelled() -> list[str]:
+        """The engine's list alone (docker-py's containers.list inspects each one, which fails
+        on a container removed in between)."""
+        return [c["Id"] for c in docker_client.api.containers(all=True, filters=label)]
+
+    assert not labelled()
     cache = tmp_path / "cache"
     cache.mkdir()
     out = tmp_path / "out"
@@ -269,18 +275,25 @@ def test_an_interrupted_engine_snapshot_leaves_nothing(loaded: str, docker_clien
             return any(f.stat().st_size > 0 for f in cache.glob("tmp/docker-save-*/*"))
         if how == "in-place":  # the squash has begun writing into its staging folder
             return any(out.glob(".*.partial-*/rootfs"))
-        return bool(docker_client.containers.list(all=True, filters=label))
+        return bool(labelled())
 
-    deadline = time.monotonic() + 60
-    while not started():
-        assert proc.poll() is None, f"recon ended before it was signalled: {proc.communicate()}"
-        assert time.monotonic() < deadline, "recon never got as far as the engine"
-        time.sleep(0.002 if how == "in-place" else 0.02)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not started():
+            assert proc.poll() is None, f"recon ended before it was signalled: {proc.communicate()}"
+            assert time.monotonic() < deadline, "recon never got as far as the engine"
+            time.sleep(0.002 if how == "in-place" else 0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:  # a failed wait must not leave recon running (and holding its container) for the next test
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+            for cid in labelled():
+                docker_client.api.remove_container(cid, force=True)
     assert proc.returncode == 128 + sig, err
     assert err.decode().strip().splitlines()[-1] in ("recon: interrupted", "recon: terminated")
-    assert not docker_client.containers.list(all=True, filters=label)
+    assert not labelled()
     assert not list(cache.glob("tmp/docker-save-*"))
     assert not (out / "cut").exists()
     assert not out.exists() or not any(out.iterdir())  # no staging folder left either
@@ -329,7 +342,7 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
     attributed to the same layer (the hot-fix to layer 3), no container, no temporary copy left."""
     from recon.paths import cache_dir
 
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    before = {c["Id"] for c in docker_client.api.containers(all=True)}
     events: list[tuple[int, str, int]] = []
     snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm", docker_read="layers",
                          progress=lambda layer, ev: events.append((layer.index, ev, layer.bytes_read)))
@@ -346,7 +359,7 @@ def test_engine_source_with_layers_records_each_files_layer(built: dict[str, obj
     assert snap.manifest.source["digest"] == docker_client.images.get(loaded).id
     assert [ly["diff_id"] for ly in snap.manifest.layers] == \
         docker_client.images.get(loaded).attrs["RootFS"]["Layers"]
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
     assert not list((cache_dir() / "tmp").glob("docker-save-*"))
     assert snap.manifest.source["read"] == "docker save"
     with pytest.raises(ReconError, match="--layers is for docker: sources"):
@@ -360,11 +373,11 @@ def test_engine_source_in_place_reads_the_layer_folders(built: dict[str, object]
     and the same files as the hand-built archive. On overlay2 each file keeps the layer it came
     from (the hot-fix in layer 3); vfs keeps one folder per layer holding everything below it,
     so the top one is read as the merged view."""
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    before = {c["Id"] for c in docker_client.api.containers(all=True)}
     events: list[str] = []
     snap = take_snapshot(f"docker:{loaded}", out=tmp_path / "engine", package="vllm",
                          progress=lambda layer, ev: events.append(ev))
-    assert {c.id for c in docker_client.containers.list(all=True)} == before
+    assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
     ref = take_snapshot(f"docker-archive:{built['archive']}", out=tmp_path / "archive", package="vllm")
     assert snapshot_fingerprint(snap) == snapshot_fingerprint(ref)
     assert snap.manifest.distributions == ref.manifest.distributions or \

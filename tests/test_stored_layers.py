@@ -397,12 +397,12 @@ def test_a_layer_the_engine_applied_with_a_redirect_is_read_through_the_engine(
             copied = b""
         if copied != b"/opt/other":
             _cannot("the engine did not copy the layer's xattr record")
-        before = {c.id for c in docker_client.containers.list(all=True)}
+        before = {c["Id"] for c in docker_client.api.containers(all=True)}
         snap = take_snapshot(f"docker:{tag}", out=tmp_path / "out", package="vllm")
         err = capfd.readouterr().err
         assert "trusted.overlay.redirect" in err and "reading through the engine's archive API" in err
         assert snap.manifest.source["read"] == "site folders"
         assert (snap.src / "vllm" / "__init__.py").read_bytes() == b"# redirected\n"
-        assert {c.id for c in docker_client.containers.list(all=True)} == before
+        assert {c["Id"] for c in docker_client.api.containers(all=True)} == before
     finally:
         docker_client.images.remove(tag, force=True)

@@ -106,13 +106,17 @@ def owner_gone(owner: str) -> bool:
 def sweep_survivors(client: Any) -> list[str]:
     """Remove the containers killed recon processes of this host left (their names)."""
     gone = []
+    listed: list[dict[str, Any]] = []
     with contextlib.suppress(Exception):
-        for c in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
-            owner = (c.labels or {}).get(OWNER_LABEL)
-            if owner and owner_gone(owner):
-                with contextlib.suppress(Exception):
-                    client.api.remove_container(c.id, force=True)
-                    gone.append(c.name)
+        # the engine's list alone: inspecting each (docker-py's containers.list) fails on a
+        # container another recon removes in between, and would end the whole sweep
+        listed = client.api.containers(all=True, filters={"label": CONTAINER_LABEL})
+    for c in listed:
+        owner = (c.get("Labels") or {}).get(OWNER_LABEL)
+        if owner and owner_gone(owner):
+            with contextlib.suppress(Exception):
+                client.api.remove_container(c["Id"], force=True)
+                gone.append(((c.get("Names") or ["/" + c["Id"][:12]])[0]).lstrip("/"))
     return gone
 
 
