@@ -43,7 +43,10 @@ def main() -> None:
     ap.add_argument("--release", default="vllm==0.33.0")
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
-    reqs = env.requirements(env.wheel_metadata(_wheel(args.release)))
+    wheel = _wheel(args.release)
+    reqs = env.requirements(env.wheel_metadata(wheel))
+    name, _, version = args.release.partition("==")
+    asof = env.as_of_release(name, version, wheel)
     house = cache_dir() / "envs" / "wheelhouse"
     uv = env._uv
     times: dict[str, list[float]] = {"uv": [], "pip": []}
@@ -52,7 +55,7 @@ def main() -> None:
             for label in ("pip", "uv"):
                 env._uv = uv if label == "uv" else (lambda: None)  # type: ignore[assignment]
                 start = time.monotonic()
-                built = env._build(Path(tmp) / f"{label}-{i}", reqs, house)
+                built = env._build(Path(tmp) / f"{label}-{i}", reqs, house, asof)
                 seconds = time.monotonic() - start
                 times[label].append(seconds)
                 print(json.dumps({"release": args.release, "installer": label, "run": i,

@@ -33,7 +33,7 @@ from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
 from .command import python_module, typed_environment, words
-from .env import ReleaseEnv, gpu_only_modules, release_env, wheel_metadata
+from .env import ReleaseEnv, gpu_only_modules, release_env, said_of, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
 
@@ -157,8 +157,8 @@ def compiled_modules(snapshot: Snapshot) -> list[str]:
     return sorted(names)
 
 
-def snapshot_metadata(snapshot: Snapshot) -> str:
-    """The release's ``METADATA`` (its ``Requires-Dist``): from the wheel it came from."""
+def snapshot_wheel(snapshot: Snapshot) -> Path:
+    """The wheel the snapshot's release came from (downloaded once when not cached)."""
     from ..acquire.sources.pip import fetch_wheel, wheels_dir
 
     src = snapshot.manifest.source
@@ -166,8 +166,13 @@ def snapshot_metadata(snapshot: Snapshot) -> str:
     candidates += sorted(wheels_dir().glob(f"{snapshot.package}-{snapshot.version}-*.whl"))
     for wheel in candidates:
         if wheel.is_file():
-            return wheel_metadata(wheel)
-    return wheel_metadata(fetch_wheel(f"{snapshot.package}=={snapshot.version}"))
+            return wheel
+    return fetch_wheel(f"{snapshot.package}=={snapshot.version}")
+
+
+def snapshot_metadata(snapshot: Snapshot) -> str:
+    """The release's ``METADATA`` (its ``Requires-Dist``): from the wheel it came from."""
+    return wheel_metadata(snapshot_wheel(snapshot))
 
 
 def environment(snapshot: Snapshot) -> ReleaseEnv:
@@ -175,7 +180,8 @@ def environment(snapshot: Snapshot) -> ReleaseEnv:
     if snapshot.package != "vllm" or not snapshot.version:
         raise ReconError(f"engine mode reads vLLM releases; {snapshot.label} is "
                          f"{snapshot.package} {snapshot.version}")
-    return release_env(snapshot.package, snapshot.version, snapshot_metadata(snapshot))
+    wheel = snapshot_wheel(snapshot)
+    return release_env(snapshot.package, snapshot.version, wheel_metadata(wheel), wheel)
 
 
 def _request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json: dict[str, Any],
@@ -592,7 +598,7 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
                **_printed_block(result),
                "draft_layers": ((result.get("layers") or {}).get("draft") or {}).get("layers")},
         logged=result.get("logged", {}),
-        assumptions=_assumptions(board, explicit, count, usage) + _planned(result)
+        assumptions=_assumptions(board, explicit, count, usage) + said_of(renv.record) + _planned(result)
         + _trimmed(result) + list(result.get("assumed") or []) + [f"a GPU-only package's stand-in answered true: {what}"
                               for what in replaced.get("gpu_package_assumptions", [])],
         replaced=replaced,

@@ -19,7 +19,9 @@ What is left out, and why (listed in ``env.json`` and in every result):
 
 Requirements are installed with ``--no-deps`` and the closure is walked by
 recon (each installed distribution's own ``Requires-Dist``, same exclusions),
-so pip never resolves a CUDA torch or triton in behind the table. Wheels are
+so pip never resolves a CUDA torch or triton in behind the table. Each is
+pinned to the version its users had when the release came out
+(:mod:`recon.engine.asof`), not to today's newest. Wheels are
 downloaded once into a shared wheelhouse and installed with ``--no-index``
 from it (by uv where installed, else pip), so a second release is fast and an
 offline machine with the wheels cached works.
@@ -45,14 +47,17 @@ from dataclasses import dataclass
 from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from .. import progress
 from ..errors import ReconError, require_package
 from ..paths import cache_dir
+from .asof import AsOf, IndexTimes, released
 
 #: the installed CPU torch is imported instead (never a CUDA build)
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
@@ -89,11 +94,13 @@ GPU_ONLY_MODULES: dict[str, tuple[str, ...]] = {
 TORCH_COMPANIONS = ("triton",)
 _ROUNDS = 6
 #: bumped when the way an environment is built changes (old ones are then rebuilt)
-ENV_FORMAT = "6"
+ENV_FORMAT = "7"
 #: torch-family packages the release's dependencies import for some models (transformers'
 #: image processors import torchvision for vision-language configs): installed at the
 #: version pip resolves *for the installed torch*, without dependencies, and listed
 TORCH_MATCHED = ("torchvision",)
+#: not resolved as of the release: they go with the installed torch, not with the release
+_UNDATED = {canonicalize_name(n) for n in (*TORCH_COMPANIONS, *TORCH_MATCHED)}
 
 
 class EnvError(ReconError):
@@ -170,10 +177,11 @@ def _plain(req: Requirement) -> str:
     return f"{req.name}{req.specifier}"
 
 
-def env_key(package: str, version: str, reqs: list[Requirement]) -> str:
-    """One folder per release, requirement list, interpreter and torch."""
+def env_key(package: str, version: str, reqs: list[Requirement], as_of: str = "newest") -> str:
+    """One folder per release, requirement list, interpreter, torch and resolution date."""
     torch_version = _dist_version("torch") or "none"
     text = "\n".join(sorted(str(r) for r in reqs)) + sys.version + torch_version + ENV_FORMAT
+    text += as_of
     return f"{package}-{version}-py{sys.version_info[0]}{sys.version_info[1]}-" + \
         hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -295,34 +303,46 @@ def _installed(paths: list[str]) -> dict[str, metadata.Distribution]:
     return found
 
 
-def _missing(paths: list[str], wanted: list[Requirement],
-             skipped: dict[str, str]) -> list[Requirement]:
-    """Requirements (top level and of what is installed, extras followed) not installed."""
+def _missing(paths: list[str], wanted: list[Requirement], skipped: dict[str, str],
+             asof: AsOf | None = None) -> list[Requirement]:
+    """Requirements (top level and of what is installed, extras followed) not installed.
+
+    With ``asof``, each is pinned to the version it chooses for all its requirers' specifiers
+    together, and a version installed (the system's, or a round's) other than that is missing.
+    """
     have = _installed(paths)
-    todo = list(wanted)
-    extras: dict[str, set[str]] = {}
-    for _ in range(3):  # extras asked for by a requirer can add requirements of an installed dist
-        for req in todo:
-            extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
-        todo = list(wanted)
-        for name, dist in have.items():
-            todo += applicable(dist.requires or [], sorted(extras.get(name, ())))
-    out: dict[str, Requirement] = {}
-    for req in todo:
+    first: dict[str, Requirement] = {}
+    together: dict[str, SpecifierSet] = {}
+    walked: dict[str, set[str]] = {}  # the extras each installed dist was walked with
+    queue = list(wanted)
+    while queue:  # the release's closure only: the system's other packages are not its concern
+        req = queue.pop(0)
         n = canonicalize_name(req.name)
         why = skip_reason(n)
         if why:
             skipped.setdefault(n, why)
             continue
-        if n in out:
-            continue
-        if n not in have or (req.specifier and not req.specifier.contains(
-                have[n].version, prereleases=True)):
-            out[n] = req  # absent, or the installed version (e.g. the system's) does not fit
-    return list(out.values())
+        first.setdefault(n, req)
+        together[n] = together.get(n, SpecifierSet()) & req.specifier
+        if n in have and (n not in walked or not set(req.extras) <= walked[n]):
+            walked[n] = walked.get(n, set()) | set(req.extras)
+            queue += applicable(have[n].requires or [], sorted(walked[n]))
+    if asof is not None:  # what it could not date is said of the last round only
+        asof.undated.clear()
+        asof.prefetch(n for n in first if n not in _UNDATED)
+    out: list[Requirement] = []
+    for name, req in first.items():
+        pin = None if asof is None or name in _UNDATED else \
+            asof.choose(name, together[name], req.specifier)
+        spec = SpecifierSet(f"=={pin}") if pin else req.specifier
+        if name not in have or (spec and not spec.contains(have[name].version,
+                                                           prereleases=True)):
+            # absent, or the installed version (e.g. the system's) is not the one wanted
+            out.append(Requirement(f"{req.name}{spec}") if pin else req)
+    return out
 
 
-def _of_pins(paths: list[str], wanted: list[Requirement]) -> list[Requirement]:
+def _of_pins(paths: list[str], wanted: list[Requirement], asof: AsOf) -> list[Requirement]:
     """Unmet requirements of the distributions the release pins (``==``) itself.
 
     When two requirers want incompatible versions of one package (sglang 0.5.5:
@@ -344,7 +364,8 @@ def _of_pins(paths: list[str], wanted: list[Requirement]) -> list[Requirement]:
                 continue
             if n in have and dep.specifier and not dep.specifier.contains(have[n].version,
                                                                           prereleases=True):
-                out[n] = dep
+                pin = None if n in _UNDATED else asof.choose(n, dep.specifier)
+                out[n] = Requirement(f"{dep.name}=={pin}") if pin else dep
     return list(out.values())
 
 
@@ -363,22 +384,37 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def release_env(package: str, version: str, metadata_text: str) -> ReleaseEnv:
-    """The environment of one release: from the cache, or built now (once)."""
+def as_of_release(package: str, version: str, wheel: Path | None) -> AsOf:
+    """Resolution as of the release's own date (cached index pages under ``envs/``)."""
+    times = IndexTimes(cache_dir() / "envs" / "index-times")
+    cutoff, source = released(times, package, version, wheel)
+    return AsOf(times, cutoff, source)
+
+
+def release_env(package: str, version: str, metadata_text: str,
+                wheel: Path | None = None) -> ReleaseEnv:
+    """The environment of one release: from the cache, or built now (once).
+
+    Its requirements are resolved as of the release (:mod:`recon.engine.asof`); ``wheel``
+    dates the release when the index cannot.
+    """
     require_package("torch", f"importing {package} {version} (engine mode)")
     reqs = requirements(metadata_text)
     base = cache_dir() / "envs"
-    root = base / env_key(package, version, reqs)
+    asof = as_of_release(package, version, wheel)
+    cutoff = asof.cutoff
+    root = base / env_key(package, version, reqs, cutoff.isoformat() if cutoff else "newest")
     with _locked(base / f".{root.name}.lock"):
         if (root / "env.json").is_file():
             record = json.loads((root / "env.json").read_text())
             return ReleaseEnv(root, root / "bin" / "python", _site(root), record, 0.0)
+        when = f" as of {cutoff:%Y-%m-%d}" if cutoff else ""
         with progress.step(f"first use of {package} {version}: installing its "
-                           f"{len(reqs)} requirements into an environment of its own"):
-            return _build(root, reqs, base / "wheelhouse")
+                           f"{len(reqs)} requirements{when} into an environment of its own"):
+            return _build(root, reqs, base / "wheelhouse", asof)
 
 
-def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
+def _build(root: Path, reqs: list[Requirement], wheelhouse: Path, asof: AsOf) -> ReleaseEnv:
     start = time.monotonic()
     staging = root.with_name(root.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
@@ -401,12 +437,12 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
                if canonicalize_name(name) not in {canonicalize_name(r.name) for r in wanted}]
     missing: list[Requirement] = []
     for _ in range(_ROUNDS):
-        missing = _missing(paths, wanted, skipped)
+        missing = _missing(paths, wanted, skipped, asof)
         if not missing:
             break
         inst.install([_plain(r) for r in missing])
     if missing:  # rounds ran out on a conflict: the requirements of the release's pins win
-        inst.install([_plain(r) for r in _of_pins(paths, wanted)])
+        inst.install([_plain(r) for r in _of_pins(paths, wanted, asof)])
     matched = _torch_matched(staging / "bin" / "python", log)
     inst.install(matched)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
@@ -418,11 +454,34 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path) -> ReleaseEnv:
         "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
         "torch": _dist_version("torch"), "python": sys.version.split()[0],
         "installer": installer(),
+        "resolved_as_of": asof.cutoff.isoformat() if asof.cutoff else None,
+        "as_of_source": asof.source,
+        "newest_instead": dict(sorted(asof.undated.items())),
         "built_seconds": round(time.monotonic() - start, 1)}
     (staging / "env.json").write_text(json.dumps(record, indent=1))
     _relocate(staging, root)
     return ReleaseEnv(root, root / "bin" / "python", _site(root), record,
                       float(record["built_seconds"]))  # type: ignore[arg-type]
+
+
+def said_of(record: dict[str, object]) -> list[str]:
+    """What a result says of its environment: the date its requirements were resolved as of
+    (and the transformers that gave), and what could not be dated."""
+    installed: dict[str, str] = {canonicalize_name(i.split("==")[0]): i.split("==")[-1]
+                 for i in cast(list[str], record.get("installed", []))}
+    lib = f" (transformers {installed['transformers']})" if "transformers" in installed else ""
+    when = record.get("resolved_as_of")
+    if when:
+        out = [f"the release's requirements as of {str(when)[:10]}, {record.get('as_of_source')}{lib}"]
+    else:
+        out = [f"the release's requirements resolved to the newest on the index{lib}: it could "
+               f"not be dated ({record.get('as_of_source')})"]
+    newest = cast(dict[str, str], record.get("newest_instead") or {})
+    if newest:
+        out.append(f"{len(newest)} of them resolved to the newest instead: "
+                   + "; ".join(f"{k} ({v})" for k, v in sorted(newest.items())[:5])
+                   + (" ..." if len(newest) > 5 else ""))
+    return out
 
 
 def _torch_matched(python: Path, log: Path) -> list[str]:

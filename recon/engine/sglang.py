@@ -39,9 +39,10 @@ from .config import (
     compiled_modules,
     served_or_cold,
     snapshot_metadata,
+    snapshot_wheel,
     store_result,
 )
-from .env import ReleaseEnv, gpu_only_modules, release_env
+from .env import ReleaseEnv, gpu_only_modules, release_env, said_of, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU
 from .gpus import gpu as lookup_gpu
 
@@ -159,7 +160,8 @@ def environment(snapshot: Snapshot) -> ReleaseEnv:
     if snapshot.package != "sglang" or not snapshot.version:
         raise ReconError(f"SGLang engine mode reads SGLang releases; {snapshot.label} is "
                          f"{snapshot.package} {snapshot.version}")
-    return release_env(snapshot.package, snapshot.version, snapshot_metadata(snapshot))
+    wheel = snapshot_wheel(snapshot)
+    return release_env(snapshot.package, snapshot.version, wheel_metadata(wheel), wheel)
 
 
 def _assumptions(gpu: GPU, explicit: bool, count: int, cuda: str) -> list[str]:
@@ -358,7 +360,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         entry=entry, argv=argv, server_args=result.get("server_args", {}),
         changed=result.get("changed", {}), decisions=result.get("decisions", {}),
         resolution=str(result.get("resolution", "")), launch_check=check,
-        assumptions=_assumptions(board, explicit, count, cuda), replaced=replaced,
+        assumptions=_assumptions(board, explicit, count, cuda) + said_of(renv.record),
+        replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])), warnings=warnings,
         seconds={**seconds, **result.get("seconds", {}), "env_built": renv.built_seconds},
         env={"root": str(renv.root),

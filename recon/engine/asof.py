@@ -1,0 +1,219 @@
+"""A release's dependencies as they stood when it was released.
+
+A release's ``Requires-Dist`` mostly names lower bounds (vLLM 0.10.2:
+``transformers >= 4.56.0``). Resolved today, an old release gets today's
+libraries: transformers 5.x for a release tested on 4.56, whose config classes
+then reject the release's own model configurations (gpt-oss's ``rope_theta``,
+Gemma-3's ``rope_scaling``). The release's users installed it the day it came
+out, or from an image built then; so each requirement is resolved to the newest
+version on the index **uploaded before the release itself** that has a wheel for
+this interpreter.
+
+The dates come from the index's own JSON pages (PEP 691, with PEP 700 upload
+times): one page per project, kept under recon's cache and re-read only when a
+later release needs a later date. The release's date is its first file's upload;
+where the index cannot be read it is the newest entry of the release's wheel (its
+build time, hours before the upload). A requirement the index cannot date is
+resolved as before, to the newest version, and that is recorded and printed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+#: PEP 691's JSON form of the simple index (with PEP 700's ``upload-time``)
+_JSON = "application/vnd.pypi.simple.v1+json"
+_TIMEOUT = 30.0
+#: a project page is at most this large (the biggest on PyPI are a few MB)
+_PAGE_LIMIT = 64 << 20
+
+
+def index_url() -> str:
+    """The index whose upload times are read: pip's own index setting, else PyPI."""
+    return (os.environ.get("RECON_INDEX_URL") or os.environ.get("PIP_INDEX_URL")
+            or "https://pypi.org/simple").rstrip("/")
+
+
+def _when(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+
+
+@dataclass
+class IndexTimes:
+    """Projects' files and their upload times, from the index, cached per project."""
+
+    folder: Path
+    index: str = field(default_factory=index_url)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def _path(self, name: str) -> Path:
+        return self.folder / f"{canonicalize_name(name)}.json"
+
+    def _cached(self, name: str, needed: dt.datetime | None) -> list[dict[str, object]] | None:
+        """The cached page, when it was read after ``needed`` (None: whenever it was read)."""
+        try:
+            page = json.loads(self._path(name).read_text())
+            if page.get("index") != self.index or (
+                    needed is not None and _when(str(page["fetched"])) < needed):
+                return None  # read before files of the date asked for could exist
+            return list(page["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _fetch(self, name: str) -> list[dict[str, object]] | None:
+        name = canonicalize_name(name)
+        url = f"{self.index}/{name}/"
+        request = urllib.request.Request(url, headers={"Accept": _JSON})
+        context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=context) as res:  # noqa: S310
+                kind = res.headers.get("Content-Type", "")
+                body = res.read(_PAGE_LIMIT + 1)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            self.errors[name] = f"{url}: {getattr(err, 'reason', err)}"
+            return None
+        if _JSON not in kind or len(body) > _PAGE_LIMIT:
+            self.errors[name] = f"{url} gives no upload times (answered {kind or 'no type'})"
+            return None
+        try:
+            files = [{"filename": str(f["filename"]), "upload-time": f.get("upload-time"),
+                      "yanked": bool(f.get("yanked")), "requires-python": f.get("requires-python")}
+                     for f in json.loads(body)["files"]]
+        except (ValueError, KeyError, TypeError) as err:
+            self.errors[name] = f"{url}: not an index page ({err})"
+            return None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        page = {"index": self.index, "fetched": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "files": files}
+        tmp = self._path(name).with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(page))
+        tmp.replace(self._path(name))
+        return files
+
+    def files(self, name: str, needed: dt.datetime | None) -> list[dict[str, object]] | None:
+        """The project's files (None: the index could not be read)."""
+        cached = self._cached(name, needed)
+        return cached if cached is not None else self._fetch(name)
+
+    def error(self, name: str) -> str:
+        return self.errors.get(canonicalize_name(name), "the index was not read")
+
+    def prefetch(self, names: Iterable[str], needed: dt.datetime) -> None:
+        """Read the pages of ``names`` not cached yet, several at a time."""
+        todo = sorted({canonicalize_name(n) for n in names} - set(self.errors))
+        todo = [n for n in todo if self._cached(n, needed) is None]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(self._fetch, todo))
+
+
+def released(times: IndexTimes, package: str, version: str, wheel: Path | None,
+             ) -> tuple[dt.datetime | None, str]:
+    """When ``package`` ``version`` came out, and how that is known.
+
+    Upload times never change, so a cached page that lists the release answers; a
+    page read before the release is read again.
+    """
+    def uploads(files: list[dict[str, object]] | None) -> list[dt.datetime]:
+        return [_when(str(f["upload-time"])) for f in files or [] if f.get("upload-time")
+                and _file_version(str(f["filename"])) == Version(version)]
+
+    found = uploads(times.files(package, None)) or uploads(times._fetch(package))
+    if found:
+        return min(found), f"its upload to {times.index}"
+    if wheel is not None and wheel.is_file():
+        with zipfile.ZipFile(wheel) as z:
+            stamps = [i.date_time for i in z.infolist()]
+        if stamps and max(stamps)[0] > 1980:  # 1980: a build that zeroed its timestamps
+            built = dt.datetime(*max(stamps), tzinfo=dt.timezone.utc)
+            why = times.errors.get(canonicalize_name(package), f"the index lists no {version}")
+            return built, f"its wheel's build time ({why})"
+    return None, times.errors.get(canonicalize_name(package),
+                                  f"the index lists no file of {package} {version}")
+
+
+def _file_version(filename: str) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    return None
+
+
+@dataclass
+class AsOf:
+    """Chooses each requirement's version as of one date."""
+
+    times: IndexTimes
+    cutoff: dt.datetime | None
+    source: str
+    #: project -> why it was resolved to today's newest instead
+    undated: dict[str, str] = field(default_factory=dict)
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        if self.cutoff is not None:
+            self.times.prefetch(names, self.cutoff)
+
+    def choose(self, name: str, *specs: SpecifierSet) -> str | None:
+        """The newest version meeting the first of ``specs`` that any meets, with a wheel for
+        this interpreter uploaded by the cutoff; None when there is none (then the newest is
+        installed, and that is recorded)."""
+        if self.cutoff is None:
+            return None
+        files = self.times.files(name, self.cutoff)
+        if files is None:
+            self.undated[canonicalize_name(name)] = self.times.error(name)
+            return None
+        ours = {str(t) for t in sys_tags()}
+        python = Version(".".join(map(str, sys.version_info[:3])))
+        versions = set()
+        for f in files:
+            stamp, filename = f.get("upload-time"), str(f["filename"])
+            if f.get("yanked") or not stamp or _when(str(stamp)) > self.cutoff:
+                continue
+            if not _fits(filename, ours) or not _python_ok(f.get("requires-python"), python):
+                continue
+            v = _file_version(filename)
+            if v is not None:
+                versions.add(v)
+        for spec in specs:
+            best = max(spec.filter(versions), default=None)
+            if best is not None:
+                return str(best)
+        self.undated[canonicalize_name(name)] = (
+            f"no version meeting '{(str(specs[0]) if specs else '') or 'any'}' had a wheel for this "
+            f"interpreter on the index by {self.cutoff:%Y-%m-%d}")
+        return None
+
+
+def _fits(filename: str, ours: set[str]) -> bool:
+    try:
+        tags = parse_wheel_filename(filename)[3] if filename.endswith(".whl") else None
+    except (InvalidWheelFilename, InvalidVersion):
+        return False
+    return bool(tags) and any(str(t) in ours for t in tags or ())
+
+
+def _python_ok(requires: object, python: Version) -> bool:
+    if not requires:
+        return True
+    try:
+        return SpecifierSet(str(requires)).contains(python, prereleases=True)
+    except InvalidSpecifier:
+        return True  # an unreadable marker: pip ignores it too
