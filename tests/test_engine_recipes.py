@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,21 @@ def test_fake_registration_of_an_absent_op_is_tolerated_outside_torch() -> None:
     finally:
         for name, original in before.items():
             setattr(torch.library, name, original)
+
+
+def test_an_older_release_runs_with_the_libraries_of_its_day() -> None:
+    """0.10.2 requires ``transformers >= 4.56.0``; resolved today it got transformers 5, whose
+    config class refuses gpt-oss's rope settings, and there was no answer. Resolved as of its
+    upload (2025-09-13) it answers, with the KV arithmetic of the config itself: 36 layers x
+    (K and V) x 8 heads x 64 x 2 bytes = 73,728 bytes a token, 16-token blocks."""
+    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.10.2",
+                 "--config", str(CONFIGS / "gpt-oss-120b.json"),
+                 "--flags", "vllm serve openai/gpt-oss-120b --max-model-len 8192",
+                 "--set", "gpu=h100", "--set", "available_kv_gib=20", "--json")
+    assert done.returncode == 0, done.stderr[-1500:]
+    out = json.loads(done.stdout)
+    low, high = out["values"]["kv_cache_tokens_range"]
+    assert low <= 20 * 2**30 // 73_728 // 16 * 16 <= high
+    said = [f["text"] for f in out["findings"] if "requirements as of" in f["text"]]
+    assert len(said) == 1 and "as of 2025-09-13" in said[0], said
+    assert re.search(r"\(transformers 4\.\d+\.\d+\)", said[0]), said[0]

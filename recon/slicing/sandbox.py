@@ -9,9 +9,10 @@ kernel enforces it. Layers, from the outside in:
   the interpreter's prefixes and the folders of ``--real`` packages, the slice
   runtime and the snapshot, all **read-only**; the dynamic linker's cache from
   ``/etc`` and nothing else of it (no ``/etc/shadow``, no ``/root``, no home);
-  ``/proc`` of the new PID namespace only; a minimal ``/dev``; a size-capped
-  private **tmpfs** as the scratch ``work`` folder, the only writable place
-  (the root of the tree is remounted read-only). New user, mount, PID, network,
+  ``/proc`` of the new PID namespace only; a minimal, read-only ``/dev``; a
+  size-capped private **tmpfs** as the scratch ``work`` folder and another as
+  ``/dev/shm`` (a server has one, and releases write there at import), the only
+  writable places (the root of the tree is remounted read-only). New user, mount, PID, network,
   IPC, UTS and cgroup namespaces (``--unshare-all --unshare-user``): no network
   at all (only a down loopback), no other process visible. Inside, the code is
   uid/gid 65534 with no capabilities (``--cap-drop ALL``) and cannot create
@@ -294,7 +295,12 @@ def bwrap_argv(inner: list[str], *, read_only: Iterable[str], work: Path,
     for path in _outermost(read_only):
         if path != "/usr" and not path.startswith("/usr/"):
             args += ["--ro-bind", staged.get(path, path), path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+    # /dev/shm: a private tmpfs of its own, capped like the scratch, as on any server (a
+    # release's module writes there at import: 0.11.2's API server, through its SageMaker
+    # helper); the rest of /dev stays read-only
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.scratch_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev",
              "--size", str(limits.scratch_mb << 20), "--perms", "0700", "--tmpfs", str(work),
              "--remount-ro", "/", "--chdir", str(work), "--"]
     return args + inner
