@@ -1061,9 +1061,12 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
     """
     runner = v1_runner()
     check = getattr(runner, "_check_and_update_cudagraph_mode", None)
-    if check is None and (runner is not None or model_runner(config) != "V2"):
-        out["cudagraph_stage"] = "create_engine_config (the release's model runner has no " \
-                                 "_check_and_update_cudagraph_mode)"
+    # before 0.11.1: the same resolution in initialize_cudagraph_capture, which capture_model
+    # calls first; its dispatcher keys are the sizes capture_model then captures
+    legacy = getattr(runner, "initialize_cudagraph_capture", None) if check is None else None
+    if check is None and legacy is None and (runner is not None or model_runner(config) != "V2"):
+        out["cudagraph_stage"] = "create_engine_config (the release's model runner has neither " \
+                                 "_check_and_update_cudagraph_mode nor initialize_cudagraph_capture)"
         return
     if model_runner(config) == "V2":
         try:
@@ -1074,7 +1077,7 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
             out["cudagraph_stage"] = ("create_engine_config (the release's V2 model runner: "
                                       f"its graph manager raised {type(err).__name__})")
         return
-    if check is None:  # the config picks V1 in a release without it: its own error would say
+    if check is None and legacy is None:  # V1 picked in a release without it: its error would say
         raise RuntimeError("the release picks the V1 model runner, which it does not have")
     dispatcher_cls = _find(("vllm.v1.cudagraph_dispatcher",), "CudagraphDispatcher")
     view = RunnerView(config)
@@ -1087,15 +1090,24 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                          uniform_decode_query_len=uniform,
                          max_num_reqs=config.scheduler_config.max_num_seqs,
                          speculative_config=spec, drafter=NoDrafter())
-    try:
-        check(view, group_backends(config, kv), list(kv.kv_cache_groups))
-    except Exception as err:  # noqa: BLE001 - after the target's keys: the drafter's part
-        if not getattr(dispatcher, "keys_initialized", False) or \
-                dispatcher.cudagraph_mode is None:
-            raise
-        out["errors"].append({"stage": "cudagraph_phase (drafter keys, not counted)",
-                              "error": f"{type(err).__name__}: {err}"})
     comp = config.compilation_config
+    if legacy is not None:
+        view.__dict__.update(
+            attn_groups=[[BuiltGroup(b) for b in sorted(found, key=lambda c: c.__name__)]
+                         for found in group_backends(config, kv)],
+            _attn_group_iterator=types.MethodType(runner._attn_group_iterator, view))
+        if jsonable(comp.cudagraph_mode) != "NONE":  # capture_model skips capture altogether
+            legacy(view)
+        dispatcher.__dict__["cudagraph_mode"] = comp.cudagraph_mode  # as resolved
+    elif check is not None:
+        try:
+            check(view, group_backends(config, kv), list(kv.kv_cache_groups))
+        except Exception as err:  # noqa: BLE001 - after the target's keys: the drafter's part
+            if not getattr(dispatcher, "keys_initialized", False) or \
+                    dispatcher.cudagraph_mode is None:
+                raise
+            out["errors"].append({"stage": "cudagraph_phase (drafter keys, not counted)",
+                                  "error": f"{type(err).__name__}: {err}"})
     graphs: dict[str, dict[str, int]] = {}
     for mode, keys in getattr(dispatcher, "cudagraph_keys", {}).items():
         for key in keys:
@@ -1109,7 +1121,10 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                         "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
                                                            "max_capture_size"),
                         "uniform_decode_query_len": uniform, "graphs": graphs}
-    out["cudagraph_stage"] = "model runner: _check_and_update_cudagraph_mode"
+    out["cudagraph_stage"] = "model runner: " + ("initialize_cudagraph_capture (its attention "
+                                                 "groups: each backend's builder class, not "
+                                                 "built)" if legacy is not None
+                                                 else "_check_and_update_cudagraph_mode")
 
 
 def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
@@ -1297,6 +1312,21 @@ def model_runner(config: Any) -> str:
         return "V1" if v1_runner() is not None else "V2"
     value = config.use_v2_model_runner
     return "V2" if (value() if callable(value) else value) else "V1"
+
+
+class BuiltGroup:
+    """An attention group as ``initialize_cudagraph_capture`` (0.10, 0.11.0) reads it: its
+    backend and metadata builder, whose CUDA graph support is a class attribute; the builder
+    is a bare instance (its ``__init__`` allocates on the GPU and is not needed here)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        builder = backend.get_builder_cls()
+        self.metadata_builder = builder.__new__(builder)
+        self.layer_names: list[str] = []
+
+    def get_metadata_builder(self, ubatch_id: int = 0) -> Any:
+        return self.metadata_builder
 
 
 class NoDrafter:
