@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from recon.engine.config import EngineFailed, EngineUsageError, engine_config, environment
+from recon.engine.gpus import HOST_MEMORY_GIB
 from recon.engine.gpus import gpu as lookup_gpu
 from recon.examples import EXAMPLES_DIR
 from recon.paths import cache_dir
@@ -104,7 +105,8 @@ def reference(pip_snapshot: Callable[..., Snapshot]) -> Callable[[str], list[dic
         snap = pip_snapshot(f"vllm=={release}")
         env = environment(snap)
         request = {"src": str(snap.src), "compiled": _compiled(snap),
-                   "metadata": _metadata(snap), "gpu": {**BOARD.as_json(), "count": 8},
+                   "metadata": _metadata(snap),
+                   "gpu": {**BOARD.as_json(), "count": 8, "host_memory_bytes": HOST_MEMORY_GIB << 30},
                    "cases": [{"argv": _argv(flags), "config": _config(model)}
                              for model, flags in _selected(release)]}
         key = hashlib.sha256(REFERENCE.read_bytes() + json.dumps(

@@ -1589,6 +1589,32 @@ def install_metadata(req: dict[str, Any]) -> None:
     sys.path.insert(1, dist)
 
 
+def declared_host_memory(gpu: dict[str, Any]) -> list[str]:
+    """``psutil.virtual_memory`` answers the declared server's memory, not this machine's.
+
+    Releases check the swap space against the host's total (0.10-0.16: refused above 70%);
+    the machine recon runs on is not the engine's server. Nothing is returned when the
+    request declares none or psutil is not installed.
+    """
+    total = gpu.get("host_memory_bytes")
+    try:
+        import psutil
+    except ImportError:
+        return []
+    if not total:
+        return []
+    measured = psutil.virtual_memory
+
+    def virtual_memory() -> Any:
+        here = measured()
+        used = here.total - here.available
+        return here._replace(total=int(total), available=max(int(total) - used, 0),
+                             free=max(int(total) - used, 0))
+
+    psutil.virtual_memory = virtual_memory
+    return [f"psutil.virtual_memory (the declared server's {int(total) >> 30} GiB)"]
+
+
 def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecords, Any]:
     """Import hooks, the release's metadata, log capture and the virtual platform."""
     MISSING_OPS.install()
@@ -1602,7 +1628,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     handler.install()
     platform = virtual_platform(dict(req["gpu"]))
     platform.recon_torch_queries = torch_cuda_queries(dict(req["gpu"])) \
-        + triton_driver(dict(req["gpu"]))
+        + triton_driver(dict(req["gpu"])) + declared_host_memory(dict(req["gpu"]))
     return finder, gpu_packages, handler, platform
 
 

@@ -34,7 +34,7 @@ from ..snapshots.model import Snapshot
 from . import server
 from .command import python_module, typed_environment, words
 from .env import ReleaseEnv, gpu_only_modules, release_env, said_of, wheel_metadata
-from .gpus import DEFAULT_GPU, GPU
+from .gpus import DEFAULT_GPU, GPU, HOST_MEMORY_GIB
 from .gpus import gpu as lookup_gpu
 
 CHILD = Path(__file__).with_name("child.py")
@@ -190,7 +190,8 @@ def _request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json:
     return {"src": str(snapshot.src), "compiled": compiled_modules(snapshot), "argv": argv,
             "gpu_modules": gpu_only_modules(not_installed),
             "config": config_json, "model_dir": str(work / "model"), "usage": usage,
-            "gpu": {**gpu.as_json(), "count": gpu_count}, "package": snapshot.package,
+            "gpu": {**gpu.as_json(), "count": gpu_count,
+                    "host_memory_bytes": HOST_MEMORY_GIB << 30}, "package": snapshot.package,
             "version": snapshot.version, "metadata": snapshot_metadata(snapshot),
             "kv_memory_bytes": None}
 
@@ -291,6 +292,8 @@ def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[s
     said = [f"GPU: {gpu.name} (sm{gpu.major}{gpu.minor}, {memory})"
             + ("" if explicit_gpu else f" -- not given, {DEFAULT_GPU} assumed"),
             f"{count} such GPUs visible",
+            f"host memory: {HOST_MEMORY_GIB} GiB (a GPU server's, not this machine's; releases "
+            "up to 0.16 check --swap-space against it)",
             "usage context: " + USAGES[usage]]
     return said
 

@@ -90,6 +90,12 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
 
 DEFAULT_GPU = "h100"
 
+#: the declared server's CPU memory. Releases up to 0.16 refuse a command whose swap space
+#: (4 GiB per GPU by default) times the tensor-parallel size exceeds 70% of it; read from the
+#: machine recon runs on, every TP 8 command on a laptop failed where the server started.
+#: GPU servers hold hundreds of GiB to a few TiB; the value is printed with every answer.
+HOST_MEMORY_GIB = 1024
+
 
 class UnknownGPU(ReconError):
     """A ``--gpu`` name that is not in the table (the error lists the table)."""

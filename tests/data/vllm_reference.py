@@ -111,6 +111,15 @@ def patch_torch(gpu: dict[str, Any]) -> None:
         setattr(torch.library, name, fake)
 
 
+def patch_host(gpu: dict[str, Any]) -> None:
+    """The host's memory is the declared server's (releases check --swap-space against it)."""
+    import psutil
+
+    measured = psutil.virtual_memory
+    total = int(gpu["host_memory_bytes"])
+    psutil.virtual_memory = lambda: measured()._replace(total=total, available=total, free=total)
+
+
 def patch_platform(gpu: dict[str, Any]) -> None:
     """The release's own CUDA platform class, its device queries set in place, made current."""
     import vllm.platforms as platforms
@@ -223,6 +232,7 @@ def main() -> None:
         fh.write(request["metadata"])
     sys.path.insert(1, dist)
     patch_torch(request["gpu"])
+    patch_host(request["gpu"])
     patch_platform(request["gpu"])
     import vllm.engine.arg_utils  # noqa: F401 - imported once, before the cases fork
 
