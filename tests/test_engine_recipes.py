@@ -170,3 +170,16 @@ def test_an_older_release_runs_with_the_libraries_of_its_day() -> None:
     said = [f["text"] for f in out["findings"] if "requirements as of" in f["text"]]
     assert len(said) == 1 and "as of 2025-09-13" in said[0], said
     assert re.search(r"\(transformers 4\.\d+\.\d+\)", said[0]), said[0]
+
+
+def test_the_server_not_this_machine_holds_the_swap_space() -> None:
+    """0.10.2 refuses a command whose swap space (4 GiB a GPU) times TP is over 70% of the
+    host's memory; read from this machine (24 GiB here), every TP 8 command failed where the
+    server started. The host is the declared server's, and the answer says so."""
+    done = recon("engine-config", "pip:vllm==0.10.2", "--json",
+                 "--config", str(CONFIGS / "qwen3-next-80b-a3b-instruct.json"),
+                 "--flags", "vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct -tp 8")
+    assert done.returncode == 0, done.stderr[-1500:]
+    out = json.loads(done.stdout)
+    assert out["tensor_parallel_size"] == 8
+    assert any(a.startswith("host memory: 1024 GiB") for a in out["assumptions"])
