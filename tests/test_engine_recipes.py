@@ -183,3 +183,25 @@ def test_the_server_not_this_machine_holds_the_swap_space() -> None:
     out = json.loads(done.stdout)
     assert out["tensor_parallel_size"] == 8
     assert any(a.startswith("host memory: 1024 GiB") for a in out["assumptions"])
+
+
+def test_a_model_folders_processor_file_is_read_beside_its_config(tmp_path: Path) -> None:
+    """0.28.0 builds Qwen2.5-VL's input normalisation from the processor's configuration, so
+    config.json alone gives the release's own error, with what to give; the file beside it
+    (as in the model's folder) gives the answer: the language model's 28 layers x (K and V) x
+    4 heads x 128 x 2 bytes a token, 16-token blocks."""
+    folder = CONFIGS / "qwen2.5-vl-7b-instruct"
+    alone = tmp_path / "config.json"
+    alone.write_bytes((folder / "config.json").read_bytes())
+    args = ["recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.28.0", "--flags",
+            "vllm serve Qwen/Qwen2.5-VL-7B-Instruct --max-model-len 32768",
+            "--set", "available_kv_gib=20", "--json"]
+    refused = recon(*args, "--config", str(alone))
+    assert refused.returncode == 7, refused.stderr[-800:]
+    assert "put that file beside the config.json" in refused.stderr
+    done = recon(*args, "--config", str(folder / "config.json"))
+    assert done.returncode == 0, done.stderr[-1500:]
+    out = json.loads(done.stdout)
+    low, high = out["values"]["kv_cache_tokens_range"]
+    assert low <= 20 * 2**30 // 57_344 // 16 * 16 <= high
+    assert any("preprocessor_config.json beside config.json" in f["text"] for f in out["findings"])

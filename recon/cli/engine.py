@@ -49,7 +49,7 @@ of the release that changed it."""
 def engine_config_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or a SOURCE (pip:vllm==0.33.0)."),
     flags: str = typer.Option(..., "--flags", help="The command line as typed: 'vllm serve MODEL ...'."),
-    config: Path = typer.Option(..., "--config", help="The model's config.json, or example:NAME for one shipped with recon."),
+    config: Path = typer.Option(..., "--config", help="The model's config.json (or its folder; the processor files beside it are read too), or example:NAME for one shipped with recon."),
     gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
@@ -60,7 +60,7 @@ def engine_config_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """``recon engine-config``."""
-    from ..engine.config import engine_config
+    from ..engine.config import engine_config, model_files
     from ..slicing.runner import load_config
     from ..snapshots.cache import ensure_snapshot
 
@@ -85,7 +85,7 @@ def engine_config_cmd(
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
-    facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage,
+    facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                           env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
     if as_json:
         emit_json(facts.as_json())

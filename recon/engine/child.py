@@ -1632,11 +1632,20 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     return finder, gpu_packages, handler, platform
 
 
+#: the other files of a model folder a request may carry (plain names, nothing else)
+MODEL_FILES = ("preprocessor_config.json", "processor_config.json",
+               "video_preprocessor_config.json")
+
+
 def write_model(req: dict[str, Any]) -> None:
-    """The user's config.json in the request's scratch model folder."""
+    """The user's config.json, and the folder's other files given, in the scratch model folder."""
     os.makedirs(req["model_dir"], exist_ok=True)
     with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
         json.dump(req["config"], fh)
+    for name, text in (req.get("model_files") or {}).items():
+        if name in MODEL_FILES:
+            with open(os.path.join(req["model_dir"], name), "w", encoding="utf-8") as fh:
+                fh.write(str(text))
 
 
 @dataclasses.dataclass

@@ -312,11 +312,40 @@ def _trimmed(result: dict[str, Any]) -> list[str]:
             for name, kept in (result.get("trimmed_configs") or {}).items()]
 
 
+#: files of a model's folder a release reads while it builds the model, beside config.json
+#: (0.28's Qwen2.5-VL builds its input normalisation from the processor's configuration)
+MODEL_FILES = ("preprocessor_config.json", "processor_config.json",
+               "video_preprocessor_config.json")
+_MODEL_FILE_CAP = 1 << 20
+
+
+def model_files(config: str | Path | None) -> dict[str, str]:
+    """The :data:`MODEL_FILES` beside ``config`` (a config.json or its folder), by name.
+
+    The user's model folder holds them next to config.json; engine mode writes them into
+    the model folder the release reads. ``example:NAME`` configs have none.
+    """
+    if config is None or str(config).startswith("example:"):
+        return {}
+    path = Path(config)
+    folder = path if path.is_dir() else path.parent
+    found = {}
+    for name in MODEL_FILES:
+        candidate = folder / name
+        try:
+            if candidate.is_file() and candidate.stat().st_size <= _MODEL_FILE_CAP:
+                found[name] = candidate.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ReconError(f"cannot read {candidate}: {err}") from err
+    return found
+
+
 def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[str, Any], *,
                   gpu: str | None = None, usage: str = "serve",
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
                   kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
                   attention_backend: str | None = None, logged_args: bool = False,
+                  files: dict[str, str] | None = None,
                   timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
@@ -328,6 +357,7 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     parser has that flag, else as ``VLLM_ATTENTION_BACKEND``). ``logged_args``: ``flags``
     was rebuilt from a log's argument line, whose config objects are printed whole; the
     child keeps only the fields that differ from the release's defaults (and says so).
+    ``files``: the model folder's other files the release reads (:func:`model_files`).
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -348,6 +378,7 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     ask = _Ask(snapshot, release_environment, command.argv, config_json, board, gpu_count,
                usage, {**command.env, **(env or {})}, [kv_bytes, kv_range], timeout, sandbox,
                {"attention_backend": attention_backend, "logged_args": logged_args,
+                "model_files": {k: v for k, v in (files or {}).items() if k in MODEL_FILES},
                 "entry": "" if command.entry == "serve" else command.entry})
     result = first = ask.answer()
     left_out: list[str] = []
@@ -366,6 +397,10 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
         result = {**result, "assumed": left_out}
     if command.assumed:
         result = {**result, "assumed": [command.assumed, *(result.get("assumed") or [])]}
+    if ask.options["model_files"]:
+        result = {**result, "assumed": [*(result.get("assumed") or []), "the model folder's "
+                                        + ", ".join(sorted(ask.options["model_files"]))
+                                        + " beside config.json, as the release reads them"]}
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
                   {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
 
@@ -550,6 +585,16 @@ def _stood_in(result: dict[str, Any]) -> str:
             "stand in without values: " + ", ".join(used[:12]) + (" ..." if len(used) > 12 else ""))
 
 
+def _model_file_hint(error: str) -> str:
+    """What to give when the release wanted a file of the model's folder recon was not given."""
+    wanted = [name for name in MODEL_FILES if name in error]
+    if not wanted and "image processor" not in error:
+        return ""
+    name = wanted[0] if wanted else "preprocessor_config.json"
+    return (f"; the release builds this model from its folder's {name}: put that file beside "
+            "the config.json you give (or give --config the model's folder)")
+
+
 def _where(snapshot: Snapshot, trace: str) -> str:
     """Where a failure happened: the release's last own line, then the innermost frame.
 
@@ -589,7 +634,7 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
             if cause:
                 said += f" ({cause[-1][:300]})"
         raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}"
-                           + _stood_in(result))
+                           + _stood_in(result) + _model_file_hint(str(err.get("error", ""))))
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")

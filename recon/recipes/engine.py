@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_config
+from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_config, model_files
 from ..engine.gpus import board_for
 from ..errors import ReconError
 from .base import Finding, NotApplicable, Provenance, RecipeContext, RecipeResult
@@ -94,11 +94,13 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
         said.append(how)
     command = ctx.command if ctx.command is not None else "vllm serve model"
     logged = bool(getattr(ctx.given, "from_log", False))
-    key = json.dumps([ctx.snapshot.src.as_posix(), command, config, board, req, logged],
+    key = json.dumps([ctx.snapshot.src.as_posix(), command, config, ctx.config_path, board, req,
+                      logged],
                      sort_keys=True, default=str)
     if key not in _MEMO:
         try:
             _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board, usage=req["usage"],
+                                       files=model_files(ctx.config_path),
                                        gpu_count=req["gpu_count"], kv_memory_gib=req["kv_memory_gib"],
                                        attention_backend=req["attention_backend"],
                                        logged_args=logged)
