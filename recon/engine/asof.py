@@ -20,6 +20,7 @@ resolved as before, to the newest version, and that is recorded and printed.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import ssl
@@ -61,20 +62,27 @@ class IndexTimes:
     folder: Path
     index: str = field(default_factory=index_url)
     errors: dict[str, str] = field(default_factory=dict)
+    #: pages read in this process, with the time they were fetched (a build reads each often)
+    read: dict[str, tuple[dt.datetime, list[dict[str, object]]]] = field(default_factory=dict)
 
     def _path(self, name: str) -> Path:
         return self.folder / f"{canonicalize_name(name)}.json"
 
     def _cached(self, name: str, needed: dt.datetime | None) -> list[dict[str, object]] | None:
         """The cached page, when it was read after ``needed`` (None: whenever it was read)."""
-        try:
-            page = json.loads(self._path(name).read_text())
-            if page.get("index") != self.index or (
-                    needed is not None and _when(str(page["fetched"])) < needed):
-                return None  # read before files of the date asked for could exist
-            return list(page["files"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        name = canonicalize_name(name)
+        if name not in self.read:
+            try:
+                page = json.loads(self._path(name).read_text())
+                if page.get("index") != self.index:
+                    return None
+                self.read[name] = (_when(str(page["fetched"])), list(page["files"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        fetched, files = self.read[name]
+        if needed is not None and fetched < needed:
+            return None  # read before files of the date asked for could exist
+        return files
 
     def _fetch(self, name: str) -> list[dict[str, object]] | None:
         name = canonicalize_name(name)
@@ -99,8 +107,9 @@ class IndexTimes:
             self.errors[name] = f"{url}: not an index page ({err})"
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
-        page = {"index": self.index, "fetched": dt.datetime.now(dt.timezone.utc).isoformat(),
-                "files": files}
+        now = dt.datetime.now(dt.timezone.utc)
+        page = {"index": self.index, "fetched": now.isoformat(), "files": files}
+        self.read[name] = (now, files)
         tmp = self._path(name).with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(page))
         tmp.replace(self._path(name))
@@ -165,6 +174,8 @@ class AsOf:
     source: str
     #: project -> why it was resolved to today's newest instead
     undated: dict[str, str] = field(default_factory=dict)
+    #: project -> its versions with a wheel for this interpreter by the cutoff
+    dated: dict[str, set[Version]] = field(default_factory=dict)
 
     def prefetch(self, names: Iterable[str]) -> None:
         if self.cutoff is not None:
@@ -176,22 +187,10 @@ class AsOf:
         installed, and that is recorded)."""
         if self.cutoff is None:
             return None
-        files = self.times.files(name, self.cutoff)
-        if files is None:
+        versions = self._versions(name, self.cutoff)
+        if versions is None:
             self.undated[canonicalize_name(name)] = self.times.error(name)
             return None
-        ours = {str(t) for t in sys_tags()}
-        python = Version(".".join(map(str, sys.version_info[:3])))
-        versions = set()
-        for f in files:
-            stamp, filename = f.get("upload-time"), str(f["filename"])
-            if f.get("yanked") or not stamp or _when(str(stamp)) > self.cutoff:
-                continue
-            if not _fits(filename, ours) or not _python_ok(f.get("requires-python"), python):
-                continue
-            v = _file_version(filename)
-            if v is not None:
-                versions.add(v)
         for spec in specs:
             best = max(spec.filter(versions), default=None)
             if best is not None:
@@ -202,7 +201,39 @@ class AsOf:
         return None
 
 
-def _fits(filename: str, ours: set[str]) -> bool:
+    def _versions(self, name: str, cutoff: dt.datetime) -> set[Version] | None:
+        key = canonicalize_name(name)
+        if key not in self.dated:
+            files = self.times.files(name, cutoff)
+            if files is None:
+                return None
+            self.dated[key] = _dated(files, cutoff)
+        return self.dated[key]
+
+
+def _dated(files: list[dict[str, object]], cutoff: dt.datetime) -> set[Version]:
+    """Versions with a wheel for this interpreter, not yanked, uploaded by ``cutoff``."""
+    ours = _our_tags()
+    python = Version(".".join(map(str, sys.version_info[:3])))
+    versions = set()
+    for f in files:
+        stamp, filename = f.get("upload-time"), str(f["filename"])
+        if f.get("yanked") or not stamp or _when(str(stamp)) > cutoff:
+            continue
+        if not _fits(filename, ours) or not _python_ok(f.get("requires-python"), python):
+            continue
+        v = _file_version(filename)
+        if v is not None:
+            versions.add(v)
+    return versions
+
+
+@functools.lru_cache(maxsize=1)
+def _our_tags() -> frozenset[str]:
+    return frozenset(str(t) for t in sys_tags())
+
+
+def _fits(filename: str, ours: frozenset[str]) -> bool:
     try:
         tags = parse_wheel_filename(filename)[3] if filename.endswith(".whl") else None
     except (InvalidWheelFilename, InvalidVersion):
