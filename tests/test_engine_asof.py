@@ -92,6 +92,9 @@ def test_the_newest_wheel_uploaded_before_the_release_is_chosen(index: tuple[str
     assert asof.choose("native", SpecifierSet()) is None  # only a wheel for another interpreter
     assert asof.choose("unknown", SpecifierSet()) is None
     assert "404" in asof.undated["unknown"] or "Not Found" in asof.undated["unknown"]
+    # a name that is not a project's asks the index nothing and names no file
+    assert asof.choose("../../etc/x", SpecifierSet()) is None
+    assert not list(tmp_path.glob("**/x.json")) and not (tmp_path.parent / "etc").exists()
 
 
 def test_pages_are_cached_until_a_later_date_is_needed(index: tuple[str, list[str]],

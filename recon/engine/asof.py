@@ -23,6 +23,7 @@ import datetime as dt
 import functools
 import json
 import os
+import re
 import ssl
 import sys
 import urllib.error
@@ -43,6 +44,8 @@ _JSON = "application/vnd.pypi.simple.v1+json"
 _TIMEOUT = 30.0
 #: a project page is at most this large (the biggest on PyPI are a few MB)
 _PAGE_LIMIT = 64 << 20
+#: a normalized project name (PEP 503), the only thing a page's URL and cache file are named by
+_PROJECT = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 
 
 def index_url() -> str:
@@ -66,7 +69,11 @@ class IndexTimes:
     read: dict[str, tuple[dt.datetime, list[dict[str, object]]]] = field(default_factory=dict)
 
     def _path(self, name: str) -> Path:
-        return self.folder / f"{canonicalize_name(name)}.json"
+        """The page's cache file; a name that is not a project name never names a file."""
+        canonical = canonicalize_name(name)
+        if not _PROJECT.fullmatch(canonical):
+            raise ValueError(f"not a project name: {name!r}")
+        return self.folder / f"{canonical}.json"
 
     def _cached(self, name: str, needed: dt.datetime | None) -> list[dict[str, object]] | None:
         """The cached page, when it was read after ``needed`` (None: whenever it was read)."""
@@ -87,6 +94,9 @@ class IndexTimes:
     def _fetch(self, name: str) -> list[dict[str, object]] | None:
         name = canonicalize_name(name)
         url = f"{self.index}/{name}/"
+        if not _PROJECT.fullmatch(name):
+            self.errors[name] = f"not a project name: {name!r}"
+            return None
         request = urllib.request.Request(url, headers={"Accept": _JSON})
         context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
         try:
