@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from recon.engine import env
-from recon.engine.asof import AsOf, IndexTimes, released
+from recon.engine.asof import AsOf, IndexTimes, current_until, released
 
 UTC = dt.timezone.utc
 CUTOFF = dt.datetime(2025, 9, 13, 23, 0, tzinfo=UTC)
@@ -38,7 +38,11 @@ PAGES: dict[str, list[tuple[str, str, bool, str | None]]] = {
     "native": [("native-3.0-cp27-cp27mu-manylinux1_x86_64.whl", "2025-05-01T00:00:00Z",
                 False, None)],
     "engine": [("engine-0.9-py3-none-any.whl", "2025-09-13T23:00:00Z", False, None),
-               ("engine-0.9.tar.gz", "2025-09-13T23:05:00Z", False, None)],
+               ("engine-0.9.tar.gz", "2025-09-13T23:05:00Z", False, None),
+               ("engine-0.8.2-py3-none-any.whl", "2025-09-20T00:00:00Z", False, None),  # a fix
+               ("engine-0.10rc1-py3-none-any.whl", "2025-10-01T00:00:00Z", False, None),
+               ("engine-0.10.tar.gz", "2025-10-20T00:00:00Z", False, None),
+               ("engine-0.10-py3-none-any.whl", "2025-10-20T00:05:00Z", False, None)],
 }
 
 
@@ -154,3 +158,28 @@ def test_the_walk_follows_the_releases_closure_only(index: tuple[str, list[str]]
     assert [str(r) for r in missing] == ["lib==1.1"]
     plain = env._missing([str(site)], [Requirement("app")], {})  # undated: 2.0 meets >=1.0
     assert plain == []
+
+
+def test_a_release_is_current_until_a_later_release_replaces_it(index: tuple[str, list[str]],
+                                                                tmp_path: Path) -> None:
+    """Its users install it, and the libraries beside it, until the next release comes out:
+    not a fix of an older line, not a release candidate; the newest is current today."""
+    url, asked = index
+    times = IndexTimes(tmp_path, url)
+    until, why = current_until(times, "engine", "0.9", None)
+    assert until == dt.datetime(2025, 10, 20, 0, 5, tzinfo=UTC)  # 0.10's first wheel
+    assert why == f"when engine 0.10 replaced it on {url}; it came out 2025-09-13"
+    until, why = current_until(times, "engine", "0.10", None)
+    assert until is None and why.startswith(f"engine 0.10 is its newest release on {url}")
+    assert asked == ["/simple/engine/"]  # the page this process read is not read again
+    # a later process reads a cached page that names no later release once more
+    assert current_until(IndexTimes(tmp_path, url), "engine", "0.10", None)[0] is None
+    assert asked == ["/simple/engine/"] * 2
+    # an index that cannot be read: the wheel's build time, as before
+    wheel = tmp_path / "engine-0.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(zipfile.ZipInfo("engine/__init__.py", (2025, 9, 13, 17, 17, 36)), "")
+    until, why = current_until(IndexTimes(tmp_path / "x", "http://127.0.0.1:9/simple"),
+                               "engine", "0.9", wheel)
+    assert until == dt.datetime(2025, 9, 13, 17, 17, 36, tzinfo=UTC)
+    assert why.startswith("its wheel's build time")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from recon.engine import child, env
+from recon.engine.child import SMALL_INTEGER_TENSOR as SMALL
 from recon.engine.config import (
     SERVER_MODULES,
     EngineFacts,
@@ -218,7 +219,32 @@ def test_tensors_put_on_the_gpu_are_made_on_meta() -> None:
     assert made.shape == (4, 2) and made.dtype == torch.float16
     assert pinned.device.type == "cpu" and not pinned.is_pinned()
     assert kept.device.type == "cpu" and kept.sum().item() == 2.0  # host tensors untouched
-    assert {"zeros", "empty", "cuda", "to", "pin_memory"} <= set(placed)
+    assert {f"torch.{n} on the GPU -> meta" for n in ("zeros", "empty", "cuda", "to")} \
+        <= set(placed)
+    assert "pin_memory ignored (meta has no pages)" in placed
+
+
+def test_small_integer_tensors_on_the_default_device_hold_their_values() -> None:
+    """Under the loader's device (meta here) an expert map keeps values to read; weights do not.
+
+    0.10's FusedMoE builds its expert map with ``torch.full`` and ``torch.arange`` on the
+    default device and logs it with ``torch.where`` and ``.item()``.
+    """
+    import torch
+
+    placed: list[str] = []
+    with torch.device("meta"), child.gpu_tensors_on_meta(torch, placed):
+        expert_map = torch.full((8,), -1, dtype=torch.int32)
+        expert_map[2:4] = torch.arange(0, 2, dtype=torch.int32)
+        where = torch.where(expert_map != -1)[0]
+        weight = torch.empty(1024, 1024, dtype=torch.bfloat16)
+        positions = torch.arange(SMALL + 1)
+        asked = torch.zeros(4, dtype=torch.int64, device="cuda")
+    assert [int(i) for i in where] == [2, 3] and int(expert_map[3].item()) == 1
+    assert weight.device.type == "meta"  # a weight is never made for real
+    assert positions.device.type == "meta"  # nor a large index
+    assert asked.device.type == "meta"  # a GPU the release names is meta, as before
+    assert "torch.full: small integer tensors on the CPU, not meta" in placed
 
 
 def test_gpu_table() -> None:

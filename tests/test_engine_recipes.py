@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from recon.examples import EXAMPLES_DIR
+
 DATA = Path(__file__).parent / "data"
 CASES = json.loads((DATA / "public-logs" / "cases-dev.json").read_text())["cases"]
 #: more public logs, found beyond the development set (sources in the file): other releases,
@@ -170,6 +172,63 @@ def test_an_older_release_runs_with_the_libraries_of_its_day() -> None:
     said = [f["text"] for f in out["findings"] if "requirements as of" in f["text"]]
     assert len(said) == 1 and "as of 2025-09-13" in said[0], said
     assert re.search(r"\(transformers 4\.\d+\.\d+\)", said[0]), said[0]
+
+
+def test_expert_parallel_on_an_older_release_builds_its_expert_map() -> None:
+    """0.10.2's ``FusedMoE`` logs its expert map (``torch.where`` and ``.item()``) while the
+    model is built; on meta that had no values and expert parallelism had no answer. Now:
+    Qwen3-30B-A3B at TP 4 has 4 KV heads, one a GPU: 48 layers x (K and V) x 1 x 128 x
+    2 bytes = 24,576 bytes a token, 16-token blocks."""
+    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.10.2",
+                 "--config", str(CONFIGS / "qwen3-30b-a3b.json"),
+                 "--flags", "vllm serve Qwen/Qwen3-30B-A3B -tp 4 --enable-expert-parallel",
+                 "--set", "gpu=l40s", "--set", "available_kv_gib=10", "--json")
+    assert done.returncode == 0, done.stderr[-1500:]
+    low, high = json.loads(done.stdout)["values"]["kv_cache_tokens_range"]
+    assert low <= 10 * 2**30 // 24_576 // 16 * 16 <= high
+
+
+#: a configuration module of the kind a model folder ships for ``--trust-remote-code`` (written
+#: for this test): its class changes the context length, so an answer shows it was executed
+REMOTE_CONFIG_MODULE = '''"""A model's own configuration class, as a remote-code model folder ships one."""
+from transformers import PretrainedConfig
+
+
+class ToyHybridConfig(PretrainedConfig):
+    model_type = "nemotron_h"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.max_position_embeddings = 3072
+'''
+
+
+def test_a_remote_code_configuration_is_read_from_the_model_folder(tmp_path: Path) -> None:
+    """0.19.0 registers no configuration class for ``nemotron_h`` and its transformers has none:
+    the engine reads the model folder's own module, which ``auto_map`` names, under
+    ``--trust-remote-code``. config.json alone is refused with what to give; with the module the
+    release executes it (its class sets a 3,072-token context; config.json says 8,192);
+    without ``--trust-remote-code`` the release refuses as the engine does."""
+    config = json.loads((EXAMPLES_DIR / "nemotron-h-8b-base-8k.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_toy_hybrid.ToyHybridConfig"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    flags = "vllm serve nvidia/Nemotron-H-8B-Base-8K --trust-remote-code"
+
+    def ask(command: str) -> subprocess.CompletedProcess[str]:
+        return recon("engine-config", "pip:vllm==0.19.0", "--config", str(tmp_path),
+                     "--flags", command, "--json")
+
+    alone = ask(flags)
+    assert alone.returncode != 0
+    assert "auto_map names configuration_toy_hybrid.py" in alone.stderr, alone.stderr[-800:]
+    (tmp_path / "configuration_toy_hybrid.py").write_text(REMOTE_CONFIG_MODULE)
+    done = ask(flags)
+    assert done.returncode == 0, done.stderr[-1500:]
+    out = json.loads(done.stdout)
+    assert out["max_model_len"] == 3072
+    assert any("configuration_toy_hybrid.py" in a for a in out["assumptions"]), out["assumptions"]
+    untrusted = ask(flags.replace(" --trust-remote-code", ""))
+    assert untrusted.returncode != 0 and "trust_remote_code" in untrusted.stderr
 
 
 def test_the_server_not_this_machine_holds_the_swap_space() -> None:

@@ -1,20 +1,24 @@
-"""A release's dependencies as they stood when it was released.
+"""A release's dependencies as they stood while it was the newest release.
 
 A release's ``Requires-Dist`` mostly names lower bounds (vLLM 0.10.2:
 ``transformers >= 4.56.0``). Resolved today, an old release gets today's
 libraries: transformers 5.x for a release tested on 4.56, whose config classes
 then reject the release's own model configurations (gpt-oss's ``rope_theta``,
-Gemma-3's ``rope_scaling``). The release's users installed it the day it came
-out, or from an image built then; so each requirement is resolved to the newest
-version on the index **uploaded before the release itself** that has a wheel for
-this interpreter.
+Gemma-3's ``rope_scaling``). Resolved as of the release's own upload, it misses
+what its users installed beside it in the weeks after: 0.11.0 came out a day
+after transformers 4.57.0 (since yanked), and its users served Qwen3-VL, which
+needs 4.57, with it. So each requirement is resolved to the newest version on the
+index **uploaded before a later release replaced this one** (the newest release:
+the newest of each) that has a wheel for this interpreter.
 
 The dates come from the index's own JSON pages (PEP 691, with PEP 700 upload
 times): one page per project, kept under recon's cache and re-read only when a
-later release needs a later date. The release's date is its first file's upload;
-where the index cannot be read it is the newest entry of the release's wheel (its
-build time, hours before the upload). A requirement the index cannot date is
-resolved as before, to the newest version, and that is recorded and printed.
+later date is needed (the release's own page: once a process, when the cached one
+names no later release). A release's date is its first file's upload; where the
+index cannot be read it is the newest entry of the release's wheel (its build
+time, hours before the upload), and no later release is known. A requirement the
+index cannot date is resolved as before, to the newest version, and that is
+recorded and printed.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class IndexTimes:
     errors: dict[str, str] = field(default_factory=dict)
     #: pages read in this process, with the time they were fetched (a build reads each often)
     read: dict[str, tuple[dt.datetime, list[dict[str, object]]]] = field(default_factory=dict)
+    #: pages fetched from the index by this process (not from the cache)
+    fetched: set[str] = field(default_factory=set)
 
     def _path(self, name: str) -> Path:
         """The page's cache file; a name that is not a project name never names a file."""
@@ -120,6 +126,7 @@ class IndexTimes:
         now = dt.datetime.now(dt.timezone.utc)
         page = {"index": self.index, "fetched": now.isoformat(), "files": files}
         self.read[name] = (now, files)
+        self.fetched.add(name)
         tmp = self._path(name).with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(page))
         tmp.replace(self._path(name))
@@ -164,6 +171,45 @@ def released(times: IndexTimes, package: str, version: str, wheel: Path | None,
             return built, f"its wheel's build time ({why})"
     return None, times.errors.get(canonicalize_name(package),
                                   f"the index lists no file of {package} {version}")
+
+
+def replaced(times: IndexTimes, package: str, version: str, since: dt.datetime,
+             ) -> tuple[dt.datetime | None, str]:
+    """When a later final release of ``package`` first came out after ``since`` (None: none
+    has yet), and which. A cached page that names none is read again, once a process."""
+    def later(files: list[dict[str, object]] | None) -> tuple[dt.datetime, Version] | None:
+        firsts: dict[Version, dt.datetime] = {}
+        for f in files or []:
+            v = _file_version(str(f["filename"]))
+            if v is None or not f.get("upload-time") or v.is_prerelease or v <= Version(version):
+                continue
+            stamp = _when(str(f["upload-time"]))
+            firsts[v] = min(stamp, firsts.get(v, stamp))
+        after = [(stamp, v) for v, stamp in firsts.items() if stamp > since]
+        return min(after) if after else None
+
+    found = later(times.files(package, None))
+    if found is None and canonicalize_name(package) not in times.fetched:
+        found = later(times._fetch(package) or [])
+    if found is None:
+        return None, f"{package} {version} is its newest release on {times.index}"
+    return found[0], f"when {package} {found[1]} replaced it on {times.index}"
+
+
+def current_until(times: IndexTimes, package: str, version: str, wheel: Path | None,
+                  ) -> tuple[dt.datetime | None, str]:
+    """The date the release's requirements are resolved as of, and why that date.
+
+    The day a later release replaced it; a release not replaced yet, None (the newest
+    of each); a release the index cannot date, its wheel's build time; else None.
+    """
+    released_at, how = released(times, package, version, wheel)
+    if released_at is None:
+        return None, f"the release could not be dated: {how}"
+    if not how.startswith("its upload"):
+        return released_at, how
+    until, why = replaced(times, package, version, released_at)
+    return until, f"{why}; it came out {released_at:%Y-%m-%d}"
 
 
 def _file_version(filename: str) -> Version | None:

@@ -40,6 +40,7 @@ import io
 import json
 import logging
 import os
+import re
 import resource
 import runpy
 import sys
@@ -712,6 +713,11 @@ def _is_gpu(device: Any) -> bool:
     return str(getattr(device, "type", device)).split(":")[0] == "cuda"
 
 
+#: the most elements a bookkeeping tensor made on the default device may have to be made
+#: on the CPU instead of meta (an expert map has one per expert); weights never qualify
+SMALL_INTEGER_TENSOR = 1 << 16
+
+
 def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
     """A torch function mode that makes the tensors the release puts on the GPU on meta.
 
@@ -719,9 +725,25 @@ def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
     (``torch.zeros(..., device="cuda")``: FlashInfer MLA's workspace at import in
     0.19.0), which a CPU torch refuses. Under this mode such a call makes a meta
     tensor (shape and dtype, no memory), and ``.cuda()``/``.to("cuda")`` move to
-    meta; each function it redirected is named once in ``placed``.
+    meta. Small integer tensors made on the default device (the loader's GPU, meta
+    here) are made on the CPU instead: they are bookkeeping whose values the release
+    reads while it builds the model (0.10's ``FusedMoE`` logs its expert map with
+    ``torch.where`` and ``.item()``), and a meta tensor has no values. What this
+    mode redirected is said once each in ``placed``.
     """
     from torch.overrides import TorchFunctionMode
+
+    factories = {f.__name__ for f in importlib.import_module("torch.utils._device")
+                 ._device_constructors()}
+
+    def said(text: str) -> None:
+        if text not in placed:
+            placed.append(text)
+
+    def small_integer(made: Any) -> bool:
+        return (isinstance(made, torch.Tensor) and made.device.type == "meta"
+                and not made.is_floating_point() and not made.is_complex()
+                and made.numel() <= SMALL_INTEGER_TENSOR)
 
     class GpuToMeta(TorchFunctionMode):  # type: ignore[misc]
         def __torch_function__(self, func: Any, types: Any, args: Any = (),
@@ -730,7 +752,7 @@ def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
             name = getattr(func, "__name__", str(func))
             if kwargs.get("pin_memory"):  # page-locking needs the driver; meta has no pages
                 kwargs["pin_memory"] = False
-                placed.append("pin_memory") if "pin_memory" not in placed else None
+                said("pin_memory ignored (meta has no pages)")
             if name == "pin_memory" and args:
                 return args[0]
             if "device" in kwargs and _is_gpu(kwargs["device"]):
@@ -739,10 +761,15 @@ def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
                 func, args, kwargs = torch.Tensor.to, (args[0], "meta"), {}
             elif name == "to" and len(args) > 1 and _is_gpu(args[1]):
                 args = (args[0], "meta", *args[2:])
+            elif name in factories and "device" not in kwargs:
+                made = func(*args, **kwargs)
+                if not small_integer(made):
+                    return made
+                said(f"torch.{name}: small integer tensors on the CPU, not meta")
+                return func(*args, **{**kwargs, "device": "cpu"})
             else:
                 return func(*args, **kwargs)
-            if name not in placed:
-                placed.append(name)
+            said(f"torch.{name} on the GPU -> meta")
             return func(*args, **kwargs)
 
     return GpuToMeta()
@@ -776,7 +803,7 @@ def build_layers(config: Any) -> dict[str, Any]:
     BUILT["model"] = model
     layers = config.compilation_config.static_forward_context
     return {"architecture": type(model).__name__, "groups": groups, "layers": len(layers),
-            "cuda_objects": cuda_objects + [f"torch.{n} on the GPU -> meta" for n in placed],
+            "cuda_objects": cuda_objects + placed,
             "draft": draft}
 
 
@@ -1632,9 +1659,11 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     return finder, gpu_packages, handler, platform
 
 
-#: the other files of a model folder a request may carry (plain names, nothing else)
+#: the other files of a model folder a request may carry: these names, and the Python
+#: modules of its remote code (a plain module name; nothing with a path)
 MODEL_FILES = ("preprocessor_config.json", "processor_config.json",
                "video_preprocessor_config.json")
+MODULE_FILE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")
 
 
 def write_model(req: dict[str, Any]) -> None:
@@ -1643,7 +1672,7 @@ def write_model(req: dict[str, Any]) -> None:
     with open(os.path.join(req["model_dir"], "config.json"), "w", encoding="utf-8") as fh:
         json.dump(req["config"], fh)
     for name, text in (req.get("model_files") or {}).items():
-        if name in MODEL_FILES:
+        if name in MODEL_FILES or MODULE_FILE.fullmatch(name):
             with open(os.path.join(req["model_dir"], name), "w", encoding="utf-8") as fh:
                 fh.write(str(text))
 

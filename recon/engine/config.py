@@ -317,20 +317,55 @@ def _trimmed(result: dict[str, Any]) -> list[str]:
 MODEL_FILES = ("preprocessor_config.json", "processor_config.json",
                "video_preprocessor_config.json")
 _MODEL_FILE_CAP = 1 << 20
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def remote_code_modules(config_json: dict[str, Any]) -> list[str]:
+    """The ``.py`` files of the model's folder its ``auto_map`` names (remote code).
+
+    A model whose configuration class ships with it (``"AutoConfig":
+    "configuration_nemotron_h.NemotronHConfig"``) is read, with
+    ``--trust-remote-code``, through that file; a class of another repository
+    (``repo--module.Class``) is not in the folder and is not named.
+    """
+    names: list[str] = []
+    auto_map = config_json.get("auto_map")
+    for value in (auto_map.values() if isinstance(auto_map, dict) else ()):
+        for ref in (value if isinstance(value, list) else [value]):
+            if not isinstance(ref, str) or "--" in ref or "." not in ref:
+                continue
+            module = ref.rsplit(".", 1)[0]
+            if _MODULE_NAME.fullmatch(module) and f"{module}.py" not in names:
+                names.append(f"{module}.py")
+    return names
+
+
+def is_model_file(name: str) -> bool:
+    """Whether ``name`` is a file of a model folder a request may carry (a plain name)."""
+    return name in MODEL_FILES or (name.endswith(".py") and
+                                   _MODULE_NAME.fullmatch(name[:-3]) is not None)
 
 
 def model_files(config: str | Path | None) -> dict[str, str]:
-    """The :data:`MODEL_FILES` beside ``config`` (a config.json or its folder), by name.
+    """The model folder's files beside ``config`` (a config.json or its folder), by name.
 
-    The user's model folder holds them next to config.json; engine mode writes them into
-    the model folder the release reads. ``example:NAME`` configs have none.
+    The :data:`MODEL_FILES` and the configuration modules of its ``auto_map``
+    (:func:`remote_code_modules`). The user's model folder holds them next to
+    config.json; engine mode writes them into the model folder the release reads.
+    ``example:NAME`` configs have none.
     """
     if config is None or str(config).startswith("example:"):
         return {}
     path = Path(config)
     folder = path if path.is_dir() else path.parent
+    config_file = path / "config.json" if path.is_dir() else path
+    try:
+        config_json = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config_json = {}  # the config's own reader says what is wrong with it
     found = {}
-    for name in MODEL_FILES:
+    for name in (*MODEL_FILES, *remote_code_modules(config_json
+                                                    if isinstance(config_json, dict) else {})):
         candidate = folder / name
         try:
             if candidate.is_file() and candidate.stat().st_size <= _MODEL_FILE_CAP:
@@ -378,7 +413,7 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     ask = _Ask(snapshot, release_environment, command.argv, config_json, board, gpu_count,
                usage, {**command.env, **(env or {})}, [kv_bytes, kv_range], timeout, sandbox,
                {"attention_backend": attention_backend, "logged_args": logged_args,
-                "model_files": {k: v for k, v in (files or {}).items() if k in MODEL_FILES},
+                "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
                 "entry": "" if command.entry == "serve" else command.entry})
     result = first = ask.answer()
     left_out: list[str] = []
@@ -402,7 +437,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                                         + ", ".join(sorted(ask.options["model_files"]))
                                         + " beside config.json, as the release reads them"]}
     return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
-                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)})
+                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)},
+                  config_json)
 
 
 def _unbacked_quantization(result: dict[str, Any], config_json: dict[str, Any]) -> str | None:
@@ -585,8 +621,14 @@ def _stood_in(result: dict[str, Any]) -> str:
             "stand in without values: " + ", ".join(used[:12]) + (" ..." if len(used) > 12 else ""))
 
 
-def _model_file_hint(error: str) -> str:
+def _model_file_hint(error: str, config_json: dict[str, Any]) -> str:
     """What to give when the release wanted a file of the model's folder recon was not given."""
+    modules = remote_code_modules(config_json)
+    if modules and (any(name in error for name in modules)
+                    or "does not recognize this architecture" in error
+                    or "execute the configuration file" in error or "trust_remote_code" in error):
+        return (f"; the model's auto_map names {', '.join(modules)}: put the file beside the "
+                "config.json you give and add --trust-remote-code, as the engine needs")
     wanted = [name for name in MODEL_FILES if name in error]
     if not wanted and "image processor" not in error:
         return ""
@@ -620,7 +662,8 @@ def _where(snapshot: Snapshot, trace: str) -> str:
 
 
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
-           usage: str, renv: ReleaseEnv, seconds: dict[str, float]) -> EngineFacts:
+           usage: str, renv: ReleaseEnv, seconds: dict[str, float],
+           config_json: dict[str, Any]) -> EngineFacts:
     if "usage_error" in result:
         raise EngineUsageError(f"{snapshot.label}: " + str(result["usage_error"]["message"]))
     if not result.get("ok"):
@@ -634,7 +677,7 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
             if cause:
                 said += f" ({cause[-1][:300]})"
         raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}"
-                           + _stood_in(result) + _model_file_hint(str(err.get("error", ""))))
+                           + _stood_in(result) + _model_file_hint(str(err.get("error", "")), config_json))
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")

@@ -57,7 +57,7 @@ from packaging.utils import canonicalize_name
 from .. import progress
 from ..errors import ReconError, require_package
 from ..paths import cache_dir
-from .asof import AsOf, IndexTimes, released
+from .asof import AsOf, IndexTimes, current_until
 
 #: the installed CPU torch is imported instead (never a CUDA build)
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
@@ -385,9 +385,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def as_of_release(package: str, version: str, wheel: Path | None) -> AsOf:
-    """Resolution as of the release's own date (cached index pages under ``envs/``)."""
+    """Resolution as of the release's days as the newest (cached index pages under ``envs/``)."""
     times = IndexTimes(cache_dir() / "envs" / "index-times")
-    cutoff, source = released(times, package, version, wheel)
+    cutoff, source = current_until(times, package, version, wheel)
     return AsOf(times, cutoff, source)
 
 
@@ -472,10 +472,10 @@ def said_of(record: dict[str, object]) -> list[str]:
     lib = f" (transformers {installed['transformers']})" if "transformers" in installed else ""
     when = record.get("resolved_as_of")
     if when:
-        out = [f"the release's requirements as of {str(when)[:10]}, {record.get('as_of_source')}{lib}"]
+        out = [f"the release's requirements as of {str(when)[:10]}{lib}: {record.get('as_of_source')}"]
     else:
-        out = [f"the release's requirements resolved to the newest on the index{lib}: it could "
-               f"not be dated ({record.get('as_of_source')})"]
+        out = [f"the release's requirements resolved to the newest on the index{lib}: "
+               f"{record.get('as_of_source')}"]
     newest = cast(dict[str, str], record.get("newest_instead") or {})
     if newest:
         out.append(f"{len(newest)} of them resolved to the newest instead: "
