@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from recon.engine.asof import AsOf, IndexTimes, released
+from recon.engine.asof import AsOf, IndexTimes, current_until
 from recon.paths import cache_dir
 
 
@@ -34,7 +34,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         times = IndexTimes(Path(tmp))
         start = time.monotonic()
-        cutoff, how = released(times, name, version, None)
+        cutoff, how, _ = current_until(times, name, version, None)
         dated = time.monotonic()
         asof = AsOf(times, cutoff, how)
         asof.prefetch(names)

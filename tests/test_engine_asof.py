@@ -166,20 +166,27 @@ def test_a_release_is_current_until_a_later_release_replaces_it(index: tuple[str
     not a fix of an older line, not a release candidate; the newest is current today."""
     url, asked = index
     times = IndexTimes(tmp_path, url)
-    until, why = current_until(times, "engine", "0.9", None)
+    until, why, key = current_until(times, "engine", "0.9", None)
     assert until == dt.datetime(2025, 10, 20, 0, 5, tzinfo=UTC)  # 0.10's first wheel
     assert why == f"when engine 0.10 replaced it on {url}; it came out 2025-09-13"
-    until, why = current_until(times, "engine", "0.10", None)
-    assert until is None and why.startswith(f"engine 0.10 is its newest release on {url}")
+    assert key == until.isoformat()
+    before = dt.datetime.now(UTC)
+    until, why, key = current_until(times, "engine", "0.10", None)
+    # the newest release: as of now, as a fresh install resolves it, under one key until replaced
+    assert until is not None and before <= until <= dt.datetime.now(UTC) and key == "current"
+    assert why.startswith(f"engine 0.10 is its newest release on {url}")
     assert asked == ["/simple/engine/"]  # the page this process read is not read again
     # a later process reads a cached page that names no later release once more
-    assert current_until(IndexTimes(tmp_path, url), "engine", "0.10", None)[0] is None
+    assert current_until(IndexTimes(tmp_path, url), "engine", "0.10", None)[2] == "current"
     assert asked == ["/simple/engine/"] * 2
     # an index that cannot be read: the wheel's build time, as before
     wheel = tmp_path / "engine-0.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr(zipfile.ZipInfo("engine/__init__.py", (2025, 9, 13, 17, 17, 36)), "")
-    until, why = current_until(IndexTimes(tmp_path / "x", "http://127.0.0.1:9/simple"),
-                               "engine", "0.9", wheel)
+    until, why, key = current_until(IndexTimes(tmp_path / "x", "http://127.0.0.1:9/simple"),
+                                    "engine", "0.9", wheel)
     assert until == dt.datetime(2025, 9, 13, 17, 17, 36, tzinfo=UTC)
-    assert why.startswith("its wheel's build time")
+    assert why.startswith("its wheel's build time") and key == until.isoformat()
+    until, why, key = current_until(IndexTimes(tmp_path / "y", "http://127.0.0.1:9/simple"),
+                                    "engine", "0.9", None)
+    assert until is None and key == "newest" and why.startswith("the release could not be dated")

@@ -197,19 +197,25 @@ def replaced(times: IndexTimes, package: str, version: str, since: dt.datetime,
 
 
 def current_until(times: IndexTimes, package: str, version: str, wheel: Path | None,
-                  ) -> tuple[dt.datetime | None, str]:
-    """The date the release's requirements are resolved as of, and why that date.
+                  ) -> tuple[dt.datetime | None, str, str]:
+    """The date the release's requirements are resolved as of, why, and the date's key.
 
-    The day a later release replaced it; a release not replaced yet, None (the newest
-    of each); a release the index cannot date, its wheel's build time; else None.
+    The day a later release replaced it. A release not replaced yet: now, as a fresh
+    install today resolves it (pinned like the others, so a library beside recon that
+    meets a loose lower bound is not taken for the one a user gets), keyed "current"
+    so that its environment is built once until a later release replaces it. A
+    release the index cannot date: its wheel's build time; else None ("newest").
     """
     released_at, how = released(times, package, version, wheel)
     if released_at is None:
-        return None, f"the release could not be dated: {how}"
+        return None, f"the release could not be dated: {how}", "newest"
     if not how.startswith("its upload"):
-        return released_at, how
+        return released_at, how, released_at.isoformat()
     until, why = replaced(times, package, version, released_at)
-    return until, f"{why}; it came out {released_at:%Y-%m-%d}"
+    if until is None:
+        return (dt.datetime.now(dt.timezone.utc), f"{why}; it came out {released_at:%Y-%m-%d}",
+                "current")
+    return until, f"{why}; it came out {released_at:%Y-%m-%d}", until.isoformat()
 
 
 def _file_version(filename: str) -> Version | None:
@@ -228,6 +234,8 @@ class AsOf:
     times: IndexTimes
     cutoff: dt.datetime | None
     source: str
+    #: what the environment's key holds for the date ("current": the newest release's)
+    key: str = "newest"
     #: project -> why it was resolved to today's newest instead
     undated: dict[str, str] = field(default_factory=dict)
     #: project -> its versions with a wheel for this interpreter by the cutoff

@@ -308,6 +308,8 @@ class DeviceProperties:
         self.total_memory = int(gpu["memory_bytes"])
         self.is_integrated = not gpu.get("memory_query", True)
         self.uuid = "GPU-recon-virtual"
+        if gpu.get("arch"):  # ROCm boards: the architecture torch reports (gfx942 ...)
+            self.gcnArchName = str(gpu["arch"])
 
     def __getattr__(self, item: str) -> Any:
         raise AttributeError(f"recon engine mode: the declared GPU's {item!r} is not known "
@@ -1653,9 +1655,12 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     install_metadata(req)
     handler = LOG_RECORDS
     handler.install()
+    # torch's device queries answer before the release's platform module is imported:
+    # ROCm's reads the board's architecture when imported (``gcnArchName``, 0.17)
+    queries = torch_cuda_queries(dict(req["gpu"])) + triton_driver(dict(req["gpu"])) \
+        + declared_host_memory(dict(req["gpu"]))
     platform = virtual_platform(dict(req["gpu"]))
-    platform.recon_torch_queries = torch_cuda_queries(dict(req["gpu"])) \
-        + triton_driver(dict(req["gpu"])) + declared_host_memory(dict(req["gpu"]))
+    platform.recon_torch_queries = queries
     return finder, gpu_packages, handler, platform
 
 

@@ -295,6 +295,11 @@ def _assumptions(gpu: GPU, explicit_gpu: bool, count: int, usage: str) -> list[s
             f"host memory: {HOST_MEMORY_GIB} GiB (a GPU server's, not this machine's; releases "
             "up to 0.16 check --swap-space against it)",
             "usage context: " + USAGES[usage]]
+    if gpu.platform == "rocm":
+        said.append(f"a ROCm build of the release: its Python code is this snapshot's, on the "
+                    f"release's own ROCm platform class ({gpu.arch or 'no architecture stated'}); "
+                    "a ROCm image's own vLLM may carry patches of its own (snapshot that image "
+                    "to use its code)")
     return said
 
 

@@ -387,8 +387,8 @@ def _locked(path: Path) -> Iterator[None]:
 def as_of_release(package: str, version: str, wheel: Path | None) -> AsOf:
     """Resolution as of the release's days as the newest (cached index pages under ``envs/``)."""
     times = IndexTimes(cache_dir() / "envs" / "index-times")
-    cutoff, source = current_until(times, package, version, wheel)
-    return AsOf(times, cutoff, source)
+    cutoff, source, key = current_until(times, package, version, wheel)
+    return AsOf(times, cutoff, source, key=key)
 
 
 def release_env(package: str, version: str, metadata_text: str,
@@ -403,7 +403,7 @@ def release_env(package: str, version: str, metadata_text: str,
     base = cache_dir() / "envs"
     asof = as_of_release(package, version, wheel)
     cutoff = asof.cutoff
-    root = base / env_key(package, version, reqs, cutoff.isoformat() if cutoff else "newest")
+    root = base / env_key(package, version, reqs, asof.key)
     with _locked(base / f".{root.name}.lock"):
         if (root / "env.json").is_file():
             record = json.loads((root / "env.json").read_text())

@@ -37,6 +37,8 @@ class GPU:
     #: False where NVML cannot report the memory (unified-memory boards): the release's
     #: memory query raises there as on the real board, and its fallback branch runs
     memory_query: bool = True
+    #: the architecture torch reports on ROCm (``gcnArchName``); releases branch on it
+    arch: str = ""
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -53,7 +55,8 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("rtx5090", "NVIDIA GeForce RTX 5090", 12, 0, 32607 * MIB),
     GPU("b200", "NVIDIA B200", 10, 0, 183359 * MIB),
     GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB, memory_query=False),
-    GPU("mi300x", "AMD Instinct MI300X", 9, 4, 196592 * MIB, platform="rocm"),
+    GPU("mi300x", "AMD Instinct MI300X", 9, 4, 196592 * MIB, platform="rocm",
+        arch="gfx942:sramecc+:xnack-"),
     # more boards people run vLLM and SGLang on (name, capability and memory as public
     # nvidia-smi / rocm-smi / deviceQuery output quotes them; sources in docs/engine-mode.md)
     GPU("t4", "Tesla T4", 7, 5, 15360 * MIB),
@@ -84,8 +87,10 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 12, 0,
         97887 * MIB),
     GPU("rtx5080", "NVIDIA GeForce RTX 5080", 12, 0, 16303 * MIB),
-    GPU("mi250x", "AMD Instinct MI250X/MI250", 9, 0, 65520 * MIB, platform="rocm"),
-    GPU("mi210", "AMD Instinct MI210", 9, 0, 65520 * MIB, platform="rocm"),
+    GPU("mi250x", "AMD Instinct MI250X/MI250", 9, 0, 65520 * MIB, platform="rocm",
+        arch="gfx90a:sramecc+:xnack-"),
+    GPU("mi210", "AMD Instinct MI210", 9, 0, 65520 * MIB, platform="rocm",
+        arch="gfx90a:sramecc+:xnack-"),
 )}
 
 DEFAULT_GPU = "h100"
