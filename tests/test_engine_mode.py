@@ -250,6 +250,10 @@ def test_small_integer_tensors_on_the_default_device_hold_their_values() -> None
 def test_gpu_table() -> None:
     assert gpu("A100") is GPUS["a100-80"]
     assert gpu("mi300x").platform == "rocm"
+    props = child.DeviceProperties(gpu("mi300x").as_json())
+    assert props.gcnArchName.split(":")[0] == "gfx942"  # ROCm's platform module reads it
+    with pytest.raises(AttributeError, match="gcnArchName"):
+        _ = child.DeviceProperties(gpu("h100").as_json()).gcnArchName  # CUDA boards have none
     with pytest.raises(UnknownGPU):
         gpu("tpu")
 

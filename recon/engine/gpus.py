@@ -68,6 +68,7 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("rtx-a6000", "NVIDIA RTX A6000", 8, 6, 49140 * MIB),
     GPU("rtx3060", "NVIDIA GeForce RTX 3060", 8, 6, 12288 * MIB),
     GPU("rtx3080", "NVIDIA GeForce RTX 3080", 8, 6, 10240 * MIB),
+    GPU("rtx3090ti", "NVIDIA GeForce RTX 3090 Ti", 8, 6, 24564 * MIB),
     GPU("orin", "Orin", 8, 7, 62841 * MIB, memory_query=False),
     GPU("l4", "NVIDIA L4", 8, 9, 23034 * MIB),
     GPU("l40", "NVIDIA L40", 8, 9, 46068 * MIB),
