@@ -30,6 +30,7 @@ from recon.engine.config import (
     VllmCommand,
     compiled_modules,
     engine_config,
+    image_release,
     vllm_command,
 )
 from recon.engine.env import requirements, skip_reason
@@ -292,6 +293,41 @@ def test_bare_arguments_with_model_are_the_image_entry_point_and_say_so() -> Non
     assert API in got.assumed and "vllm-openai image" in got.assumed
     # typed with vllm serve, the release's own serve parser decides (some refuse --model)
     assert vllm_command("vllm serve --model /m").entry == "serve"
+
+
+@pytest.mark.parametrize(("typed", "image", "entry", "argv", "env", "unseen"), [
+    # the arguments after the image go to its entry point; -e settings are the environment
+    ("docker run --gpus '\"device=2\"' --ipc=host -p 8000:8000 -v /c:/root/.cache -e HF_TOKEN=t "
+     "vllm/vllm-openai:v0.31.0-ubuntu2404 --model meta-llama/Llama-3.1-8B-Instruct",
+     "vllm/vllm-openai:v0.31.0-ubuntu2404", API, ["--model", "meta-llama/Llama-3.1-8B-Instruct"],
+     {"HF_TOKEN": "t"}, []),
+    # switches take no value (-d, -it, --rm); a host-valued -e and an env file are not seen
+    ("VLLM_LOGGING_LEVEL=DEBUG docker run -d --rm -it --runtime nvidia --gpus all "
+     "-eVLLM_USE_V1=1 -e HF_TOKEN --env-file .env --shm-size=16g vllm/vllm-openai:latest "
+     "Qwen/Qwen3-8B -tp 2", "vllm/vllm-openai:latest", "serve", ["Qwen/Qwen3-8B", "-tp", "2"],
+     {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_USE_V1": "1"}, ["-e HF_TOKEN", "--env-file .env"]),
+    # an entry point of the user's, and podman
+    (f"podman run --entrypoint python3 img -m {API} --model m", "img", API, ["--model", "m"],
+     {}, []),
+    (f"docker container run img python3 -m {API} --model m", "img", API, ["--model", "m"], {}, []),
+])
+def test_a_container_run_is_read_as_the_container_runs_it(
+        typed: str, image: str, entry: str, argv: list[str], env: dict[str, str],
+        unseen: list[str]) -> None:
+    got = vllm_command(typed)
+    assert (got.image, got.entry, got.argv, got.env) == (image, entry, argv, env)
+    assert f"a container run of {image}" in got.assumed
+    for item in unseen:
+        assert item in got.assumed
+
+
+def test_a_container_image_of_another_release_is_said() -> None:
+    snap = types.SimpleNamespace(package="vllm", version="0.33.0")
+    said = image_release("vllm/vllm-openai:v0.31.0-ubuntu2404", snap)  # type: ignore[arg-type]
+    assert "vLLM 0.31.0" in said and "pip:vllm==0.31.0" in said
+    assert image_release("vllm/vllm-openai:v0.33.0", snap) == ""  # type: ignore[arg-type]
+    assert image_release("vllm/vllm-openai:latest", snap) == ""  # type: ignore[arg-type]
+    assert image_release("registry:5000/vllm", snap) == ""  # a port is not a tag
 
 
 @pytest.mark.parametrize("typed", ["python -m vllm.entrypoints.api_server --model m",

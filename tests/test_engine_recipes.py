@@ -255,6 +255,26 @@ def test_a_rocm_board_runs_the_releases_rocm_platform() -> None:
     assert len(said) == 1 and "gfx942" in said[0], said
 
 
+def test_a_docker_run_command_is_read_as_the_container_runs_it() -> None:
+    """A command pasted as ``docker run ... IMAGE ARGS``: the arguments go to the image's entry
+    point, its ``-e`` settings are the environment, and an image of another release is said.
+    Llama-3.1-8B: 32 layers x (K and V) x 8 heads x 128 x 2 bytes = 131,072 bytes a token."""
+    typed = ("docker run --gpus all --ipc=host -p 8000:8000 -e VLLM_LOGGING_LEVEL=INFO "
+             "vllm/vllm-openai:v0.31.0 --model meta-llama/Llama-3.1-8B-Instruct "
+             "--max-model-len 8192")
+    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.33.0",
+                 "--config", str(CONFIGS / "llama-3.1-8b-instruct.json"), "--flags", typed,
+                 "--set", "available_kv_gib=10", "--json")
+    assert done.returncode == 0, done.stderr[-1500:]
+    out = json.loads(done.stdout)
+    low, high = out["values"]["kv_cache_tokens_range"]
+    assert low <= 10 * 2**30 // 131_072 // 16 * 16 <= high
+    assert out["values"]["max_model_len"] == 8192
+    said = " ".join(f["text"] for f in out["findings"])
+    assert "a container run of vllm/vllm-openai:v0.31.0" in said
+    assert "pip:vllm==0.31.0" in said  # the image's release is not the snapshot's
+
+
 def test_the_server_not_this_machine_holds_the_swap_space() -> None:
     """0.10.2 refuses a command whose swap space (4 GiB a GPU) times TP is over 70% of the
     host's memory; read from this machine (24 GiB here), every TP 8 command failed where the

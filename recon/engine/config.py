@@ -13,6 +13,7 @@ usage context) and prints it; what the release could not decide is an error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ from ..paths import cache_dir
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
-from .command import python_module, typed_environment, words
+from .command import container_run, python_module, typed_environment, words
 from .env import ReleaseEnv, gpu_only_modules, release_env, said_of, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU, HOST_MEMORY_GIB
 from .gpus import gpu as lookup_gpu
@@ -112,11 +113,24 @@ class VllmCommand:
     argv: list[str]
     env: dict[str, str]
     assumed: str = ""
+    #: the container image a ``docker run`` command ran ("" for none)
+    image: str = ""
 
 
 def vllm_command(flags: str | list[str]) -> VllmCommand:
     """How the user's command line starts vLLM (see :class:`VllmCommand`)."""
     env, tokens = typed_environment(words(flags))
+    run = container_run(tokens)
+    if run is not None:
+        env, tokens = {**env, **run.env}, run.args
+    command = _vllm_entry(tokens, env)
+    if run is None:
+        return command
+    return dataclasses.replace(command, assumed="; ".join(
+        filter(None, [run.said(), command.assumed])), image=run.image)
+
+
+def _vllm_entry(tokens: list[str], env: dict[str, str]) -> VllmCommand:
     module, rest = python_module(tokens)
     if module == "vllm.entrypoints.cli.main":
         module, tokens = None, ["vllm", *rest]
@@ -141,6 +155,17 @@ def vllm_command(flags: str | list[str]) -> VllmCommand:
                            f"{SERVER_MODULES[0]} (the vllm-openai image's entry point before "
                            "vllm serve); type `vllm serve ...` if that is what ran")
     return VllmCommand("serve", tokens, env)
+
+
+def image_release(image: str, snapshot: Snapshot) -> str:
+    """What to say when a ``docker run`` image's tag names another release than the snapshot's."""
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    found = re.match(r"v?(\d+\.\d+\.\d+(?:\.post\d+)?)", tag)
+    if not found or found.group(1) == snapshot.version:
+        return ""
+    return (f"the command runs {image} (vLLM {found.group(1)}); these are "
+            f"{snapshot.package} {snapshot.version}'s numbers: give --snapshot "
+            f"pip:vllm=={found.group(1)} (or the image) for that release's own")
 
 
 def compiled_modules(snapshot: Snapshot) -> list[str]:
@@ -435,8 +460,9 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
         result = first
     elif left_out:
         result = {**result, "assumed": left_out}
-    if command.assumed:
-        result = {**result, "assumed": [command.assumed, *(result.get("assumed") or [])]}
+    said = [command.assumed, image_release(command.image, snapshot)]
+    if any(said):
+        result = {**result, "assumed": [*filter(None, said), *(result.get("assumed") or [])]}
     if ask.options["model_files"]:
         result = {**result, "assumed": [*(result.get("assumed") or []), "the model folder's "
                                         + ", ".join(sorted(ask.options["model_files"]))

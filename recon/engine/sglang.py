@@ -30,7 +30,7 @@ from ..errors import ReconError
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
-from .command import python_module, typed_environment, words
+from .command import container_run, python_module, typed_environment, words
 from .config import (
     DEFAULT_GPU_COUNT,
     EngineFailed,
@@ -138,9 +138,13 @@ def launcher_argv(flags: str | list[str]) -> tuple[str, list[str], dict[str, str
 
     ``python -m sglang.launch_server ARGS`` (any ``python``), ``sglang serve ARGS``,
     or bare ``ARGS``; leading ``NAME=VALUE`` words are the engine's environment,
-    as the shell would pass them.
+    as the shell would pass them. In a ``docker run``, the words after the image, with
+    its ``-e`` settings as the environment.
     """
     env, tokens = typed_environment(words(flags))
+    run = container_run(tokens)
+    if run is not None:  # the image's own command follows it (lmsysorg/sglang has no entry point)
+        env, tokens = {**env, **run.env}, run.args
     module, rest = python_module(tokens)
     if module is not None:
         if module not in LAUNCH_MODULES:
