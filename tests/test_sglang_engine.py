@@ -259,6 +259,10 @@ def test_recipe_is_not_applicable_to_vllm(vllm_latest: Snapshot) -> None:
     ("python3 -m sglang.launch_server --model-path M", "launch_server", ["--model-path", "M"], {}),
     ("SGLANG_X=1 sglang serve M --tp 2", "serve", ["M", "--tp", "2"], {"SGLANG_X": "1"}),
     ("--model-path M", "launch_server", ["--model-path", "M"], {}),
+    # a container run: the image's own command follows it, -e settings are the environment
+    ("docker run --gpus all --shm-size 32g -p 30000:30000 -e SGLANG_X=1 --ipc=host "
+     "lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path M --tp 2",
+     "launch_server", ["--model-path", "M", "--tp", "2"], {"SGLANG_X": "1"}),
 ])
 def test_launcher_argv(typed: str, entry: str, argv: list[str], env: dict[str, str]) -> None:
     assert launcher_argv(typed) == (entry, argv, env)

@@ -129,3 +129,9 @@ def _run_option(word: str, rest: list[str]) -> tuple[str, str | None]:
     if len(letters) == 1:
         return word, rest.pop(0) if rest else None
     return word[:2], letters[1:]  # -p8000:8000, -eNAME=VALUE
+
+
+def container_said(flags: str | list[str]) -> str:
+    """The assumption line of a command typed as a container run ("" for any other)."""
+    run = container_run(typed_environment(words(flags))[1])
+    return run.said() if run is not None else ""

@@ -30,7 +30,7 @@ from ..errors import ReconError
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
 from . import server
-from .command import container_run, python_module, typed_environment, words
+from .command import container_run, container_said, python_module, typed_environment, words
 from .config import (
     DEFAULT_GPU_COUNT,
     EngineFailed,
@@ -238,7 +238,8 @@ def server_args(snapshot: Snapshot, flags: str | list[str], config_json: dict[st
         result["seconds"] = {**result.get("seconds", {}), "cached": True}
     return _facts(snapshot, result, board, gpu is not None, gpu_count, entry, argv, cuda_version,
                   renv, {"env": round(env_seconds, 2),
-                         "total": round(time.monotonic() - start, 2)})
+                         "total": round(time.monotonic() - start, 2)},
+                  [said for said in [container_said(flags)] if said])
 
 
 def _run(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any], timeout: float,
@@ -348,7 +349,7 @@ def _pools(result: dict[str, Any]) -> dict[str, Any] | None:
 
 def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: bool, count: int,
            entry: str, argv: list[str], cuda: str, renv: ReleaseEnv,
-           seconds: dict[str, float]) -> ServerArgsFacts:
+           seconds: dict[str, float], typed: list[str]) -> ServerArgsFacts:
     if not result.get("ok"):
         raise _failure(snapshot, result)
     replaced = dict(result.get("replaced", {}))
@@ -364,7 +365,7 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         entry=entry, argv=argv, server_args=result.get("server_args", {}),
         changed=result.get("changed", {}), decisions=result.get("decisions", {}),
         resolution=str(result.get("resolution", "")), launch_check=check,
-        assumptions=_assumptions(board, explicit, count, cuda) + said_of(renv.record),
+        assumptions=_assumptions(board, explicit, count, cuda) + typed + said_of(renv.record),
         replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])), warnings=warnings,
         seconds={**seconds, **result.get("seconds", {}), "env_built": renv.built_seconds},
