@@ -31,6 +31,8 @@ from recon.engine.config import (
     compiled_modules,
     engine_config,
     image_release,
+    model_files,
+    remote_code_modules,
     vllm_command,
 )
 from recon.engine.env import requirements, skip_reason
@@ -246,6 +248,26 @@ def test_small_integer_tensors_on_the_default_device_hold_their_values() -> None
     assert positions.device.type == "meta"  # nor a large index
     assert asked.device.type == "meta"  # a GPU the release names is meta, as before
     assert "torch.full: small integer tensors on the CPU, not meta" in placed
+
+
+def test_remote_code_modules_are_plain_names_of_the_models_folder(tmp_path: Path) -> None:
+    """auto_map's modules beside config.json travel with it; another repository's class, a path,
+    or a name that is not a module's does not, and the child writes nothing else."""
+    config = {"auto_map": {"AutoConfig": "configuration_toy.ToyConfig",
+                           "AutoModel": ["modeling_toy.ToyModel", None],
+                           "AutoTokenizer": ["other/repo--tokenization_toy.ToyTokenizer", None],
+                           "AutoProcessor": "../escape.Evil", "Bad": 3}}
+    assert remote_code_modules(config) == ["configuration_toy.py", "modeling_toy.py"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "configuration_toy.py").write_text("X = 1\n")
+    (tmp_path / "preprocessor_config.json").write_text("{}")
+    assert sorted(model_files(tmp_path / "config.json")) == ["configuration_toy.py",
+                                                             "preprocessor_config.json"]
+    model = tmp_path / "model"
+    child.write_model({"model_dir": str(model), "config": config, "model_files": {
+        "configuration_toy.py": "X = 1\n", "../escape.py": "", "sub/x.py": "", "a.sh": ""}})
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "configuration_toy.py"]
+    assert not (tmp_path / "escape.py").exists()
 
 
 def test_gpu_table() -> None:
