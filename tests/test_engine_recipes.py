@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -46,6 +46,23 @@ pytestmark = pytest.mark.wheels  # the recipes run on real releases from PyPI, t
 def recon(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "recon", *args], capture_output=True,
                           text=True, timeout=900)
+
+
+def kv_answer(release: str, config: str, flags: str, gib: float, *sets: str) -> dict[str, Any]:
+    """The kv-capacity recipe's JSON answer for a command at ``gib`` of KV memory (exit 0)."""
+    args = ["recipe", "run", "kv-capacity", "--snapshot", f"pip:vllm=={release}", "--config",
+            str(CONFIGS / config), "--flags", flags, "--set", f"available_kv_gib={gib}", "--json"]
+    for item in sets:
+        args += ["--set", item]
+    done = recon(*args)
+    assert done.returncode == 0, done.stderr[-1500:]
+    return cast(dict[str, Any], json.loads(done.stdout))
+
+
+def holds_tokens(out: dict[str, Any], gib: float, bytes_per_token: int) -> bool:
+    """Whether the answer's token range holds the config's own arithmetic (16-token blocks)."""
+    low, high = out["values"]["kv_cache_tokens_range"]
+    return bool(low <= int(gib * 2**30) // bytes_per_token // 16 * 16 <= high)
 
 
 def case_command(case: dict[str, Any]) -> list[str]:
@@ -167,14 +184,9 @@ def test_an_older_release_runs_with_the_libraries_of_its_day() -> None:
     config class refuses gpt-oss's rope settings, and there was no answer. Resolved as of the
     day 0.11.0 replaced it (2025-10-04) it answers, with the KV arithmetic of the config itself:
     36 layers x (K and V) x 8 heads x 64 x 2 bytes = 73,728 bytes a token, 16-token blocks."""
-    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.10.2",
-                 "--config", str(CONFIGS / "gpt-oss-120b.json"),
-                 "--flags", "vllm serve openai/gpt-oss-120b --max-model-len 8192",
-                 "--set", "gpu=h100", "--set", "available_kv_gib=20", "--json")
-    assert done.returncode == 0, done.stderr[-1500:]
-    out = json.loads(done.stdout)
-    low, high = out["values"]["kv_cache_tokens_range"]
-    assert low <= 20 * 2**30 // 73_728 // 16 * 16 <= high
+    out = kv_answer("0.10.2", "gpt-oss-120b.json",
+                    "vllm serve openai/gpt-oss-120b --max-model-len 8192", 20, "gpu=h100")
+    assert holds_tokens(out, 20, 73_728)
     said = [f["text"] for f in out["findings"] if "requirements as of" in f["text"]]
     assert len(said) == 1 and "as of 2025-10-04" in said[0], said
     assert "when vllm 0.11.0 replaced it" in said[0] and "it came out 2025-09-13" in said[0]
@@ -186,13 +198,9 @@ def test_expert_parallel_on_an_older_release_builds_its_expert_map() -> None:
     model is built; on meta that had no values and expert parallelism had no answer. Now:
     Qwen3-30B-A3B at TP 4 has 4 KV heads, one a GPU: 48 layers x (K and V) x 1 x 128 x
     2 bytes = 24,576 bytes a token, 16-token blocks."""
-    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.10.2",
-                 "--config", str(CONFIGS / "qwen3-30b-a3b.json"),
-                 "--flags", "vllm serve Qwen/Qwen3-30B-A3B -tp 4 --enable-expert-parallel",
-                 "--set", "gpu=l40s", "--set", "available_kv_gib=10", "--json")
-    assert done.returncode == 0, done.stderr[-1500:]
-    low, high = json.loads(done.stdout)["values"]["kv_cache_tokens_range"]
-    assert low <= 10 * 2**30 // 24_576 // 16 * 16 <= high
+    out = kv_answer("0.10.2", "qwen3-30b-a3b.json",
+                    "vllm serve Qwen/Qwen3-30B-A3B -tp 4 --enable-expert-parallel", 10, "gpu=l40s")
+    assert holds_tokens(out, 10, 24_576)
 
 
 #: a configuration module of the kind a model folder ships for ``--trust-remote-code`` (written
@@ -243,14 +251,9 @@ def test_a_rocm_board_runs_the_releases_rocm_platform() -> None:
     board's architecture when imported (before, no ROCm board had an answer: "Found no NVIDIA
     driver"). Qwen2.5-14B: 48 layers x (K and V) x 8 heads x 128 x 2 bytes = 196,608 bytes a
     token, 16-token blocks; the answer says whose code ran."""
-    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.33.0",
-                 "--config", str(CONFIGS / "qwen2.5-14b-instruct.json"),
-                 "--flags", "vllm serve Qwen/Qwen2.5-14B-Instruct",
-                 "--set", "gpu=mi300x", "--set", "available_kv_gib=100", "--json")
-    assert done.returncode == 0, done.stderr[-1500:]
-    out = json.loads(done.stdout)
-    low, high = out["values"]["kv_cache_tokens_range"]
-    assert low <= 100 * 2**30 // 196_608 // 16 * 16 <= high
+    out = kv_answer("0.33.0", "qwen2.5-14b-instruct.json", "vllm serve Qwen/Qwen2.5-14B-Instruct",
+                    100, "gpu=mi300x")
+    assert holds_tokens(out, 100, 196_608)
     said = [f["text"] for f in out["findings"] if "ROCm" in f["text"]]
     assert len(said) == 1 and "gfx942" in said[0], said
 
@@ -262,13 +265,8 @@ def test_a_docker_run_command_is_read_as_the_container_runs_it() -> None:
     typed = ("docker run --gpus all --ipc=host -p 8000:8000 -e VLLM_LOGGING_LEVEL=INFO "
              "vllm/vllm-openai:v0.31.0 --model meta-llama/Llama-3.1-8B-Instruct "
              "--max-model-len 8192")
-    done = recon("recipe", "run", "kv-capacity", "--snapshot", "pip:vllm==0.33.0",
-                 "--config", str(CONFIGS / "llama-3.1-8b-instruct.json"), "--flags", typed,
-                 "--set", "available_kv_gib=10", "--json")
-    assert done.returncode == 0, done.stderr[-1500:]
-    out = json.loads(done.stdout)
-    low, high = out["values"]["kv_cache_tokens_range"]
-    assert low <= 10 * 2**30 // 131_072 // 16 * 16 <= high
+    out = kv_answer("0.33.0", "llama-3.1-8b-instruct.json", typed, 10)
+    assert holds_tokens(out, 10, 131_072)
     assert out["values"]["max_model_len"] == 8192
     said = " ".join(f["text"] for f in out["findings"])
     assert "a container run of vllm/vllm-openai:v0.31.0" in said
