@@ -52,6 +52,7 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("l40s", "NVIDIA L40S", 8, 9, 46068 * MIB),
     GPU("rtx3090", "NVIDIA GeForce RTX 3090", 8, 6, 24576 * MIB),
     GPU("rtx4090", "NVIDIA GeForce RTX 4090", 8, 9, 24564 * MIB),
+    GPU("rtx4090d", "NVIDIA GeForce RTX 4090 D", 8, 9, 24564 * MIB),
     GPU("rtx5090", "NVIDIA GeForce RTX 5090", 12, 0, 32607 * MIB),
     GPU("b200", "NVIDIA B200", 10, 0, 183359 * MIB),
     GPU("gb10", "NVIDIA GB10", 12, 1, 122572 * MIB, memory_query=False),
