@@ -243,10 +243,14 @@ def test_small_integer_tensors_on_the_default_device_hold_their_values() -> None
         weight = torch.empty(1024, 1024, dtype=torch.bfloat16)
         positions = torch.arange(SMALL + 1)
         asked = torch.zeros(4, dtype=torch.int64, device="cuda")
+        into = torch.arange(4, out=torch.empty(4, dtype=torch.int64))  # out= decides the device
+        big = torch.arange(SMALL + 1, out=torch.empty(SMALL + 1, dtype=torch.int64))
     assert [int(i) for i in where] == [2, 3] and int(expert_map[3].item()) == 1
     assert weight.device.type == "meta"  # a weight is never made for real
     assert positions.device.type == "meta"  # nor a large index
     assert asked.device.type == "meta"  # a GPU the release names is meta, as before
+    assert [int(i) for i in into] == [0, 1, 2, 3]  # a small one written in place keeps values
+    assert big.device.type == "meta"
     assert "torch.full: small integer tensors on the CPU, not meta" in placed
 
 

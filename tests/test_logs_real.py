@@ -21,7 +21,8 @@ from recon.logs import analyze
 from recon.snapshots.model import Snapshot
 
 REAL = Path(__file__).parent / "data" / "logs" / "real"
-CONFIGS = {"Q": "qwen3next.json", "N": "nemotronh.json", "L": "llama.json"}
+CONFIGS = {"Q": "qwen3next.json", "N": "nemotronh.json", "L": "llama.json",
+           "M": "deepseekv2.json", "O": "gptoss.json", "G": "gemma3.json"}
 
 
 def _table() -> dict[str, dict[str, str]]:

@@ -763,6 +763,9 @@ def gpu_tensors_on_meta(torch: Any, placed: list[str]) -> Any:
                 func, args, kwargs = torch.Tensor.to, (args[0], "meta"), {}
             elif name == "to" and len(args) > 1 and _is_gpu(args[1]):
                 args = (args[0], "meta", *args[2:])
+            elif name in factories and isinstance(kwargs.get("out"), torch.Tensor):
+                # a tensor written in place: made where it lives (a small one is on the CPU)
+                return func(*args, **{**kwargs, "device": kwargs["out"].device})
             elif name in factories and "device" not in kwargs:
                 made = func(*args, **kwargs)
                 if not small_integer(made):
