@@ -21,7 +21,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from recon.engine import env
-from recon.engine.asof import AsOf, IndexTimes, current_until, released
+from recon.engine.asof import AsOf, IndexTimes, current_until, release_day, released
+from recon.engine.config import library_failure
 
 UTC = dt.timezone.utc
 CUTOFF = dt.datetime(2025, 9, 13, 23, 0, tzinfo=UTC)
@@ -190,3 +191,37 @@ def test_a_release_is_current_until_a_later_release_replaces_it(index: tuple[str
     until, why, key = current_until(IndexTimes(tmp_path / "y", "http://127.0.0.1:9/simple"),
                                     "engine", "0.9", None)
     assert until is None and key == "newest" and why.startswith("the release could not be dated")
+
+
+def test_the_release_day_is_the_fallback_date(index: tuple[str, list[str]],
+                                              tmp_path: Path) -> None:
+    """The release's own day (its first upload) is what its container image was built with:
+    the date of the fallback environment, keyed apart from the days it was the newest."""
+    url, _ = index
+    times = IndexTimes(tmp_path, url)
+    day, why, key = release_day(times, "engine", "0.9", None)
+    assert day == dt.datetime(2025, 9, 13, 23, 0, tzinfo=UTC)
+    assert why.startswith(f"its own release day (its upload to {url})")
+    assert key == day.isoformat() != current_until(times, "engine", "0.9", None)[2]
+    assert release_day(IndexTimes(tmp_path / "y", "http://127.0.0.1:9/simple"),
+                       "engine", "0.9", None)[2] == "newest"
+
+
+def test_only_a_librarys_own_failure_asks_the_release_days_libraries(tmp_path: Path) -> None:
+    """A failure raised inside a library of the environment (not torch, the same everywhere;
+    not the release's own code; not the user's command) is the one an older library may not
+    have: that and nothing else is asked again with the release day's libraries."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    renv = env.ReleaseEnv(tmp_path, tmp_path / "bin" / "python", site, {}, 0.0)
+
+    def failed(*files: str) -> dict[str, object]:
+        trace = "".join(f'  File "{f}", line 3, in f\n' for f in files)
+        return {"ok": False, "errors": [{"error": "E", "traceback": trace}]}
+
+    release = "/tmp/run/src/vllm/config/model.py"
+    assert library_failure(failed(release, f"{site}/transformers/configuration_utils.py"),
+                            renv) == "transformers"
+    assert library_failure(failed(release, f"{site}/torch/nn/modules/module.py"), renv) is None
+    assert library_failure(failed(f"{site}/transformers/x.py", release), renv) is None
+    assert library_failure({"ok": False, "usage_error": {"message": "bad"}}, renv) is None
+    assert library_failure({"ok": True}, renv) is None

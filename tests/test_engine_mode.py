@@ -23,6 +23,7 @@ import pytest
 
 from recon.engine import child, env
 from recon.engine.child import SMALL_INTEGER_TENSOR as SMALL
+from recon.engine.command import words
 from recon.engine.config import (
     SERVER_MODULES,
     EngineFacts,
@@ -37,6 +38,7 @@ from recon.engine.config import (
 )
 from recon.engine.env import requirements, skip_reason
 from recon.engine.gpus import GPUS, UnknownGPU, gpu
+from recon.errors import ReconError
 from recon.examples import EXAMPLES_DIR
 from recon.snapshots.model import Snapshot
 
@@ -695,3 +697,10 @@ def test_public_log_kv1_capacity_019(granite_019: EngineFacts) -> None:
     assert granite_019.logged["max_concurrency_logged"] == pytest.approx(logged["concurrency"],
                                                                          rel=1e-2)
     assert granite_019.facts["max_model_len"] == logged["max_model_len"]
+
+
+def test_a_command_line_the_shell_cannot_split_is_the_users_error() -> None:
+    """An unclosed quote (a pasted line cut short) is one line naming --flags, not a traceback."""
+    with pytest.raises(ReconError, match=r"--flags: the shell cannot split .*No closing quotation"):
+        words("vllm serve m --speculative-config '{\"method\": \"mtp\"}")
+    assert words("vllm serve m \\\n --x 'a b'") == ["vllm", "serve", "m", "--x", "a b"]

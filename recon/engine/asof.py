@@ -218,6 +218,19 @@ def current_until(times: IndexTimes, package: str, version: str, wheel: Path | N
     return until, f"{why}; it came out {released_at:%Y-%m-%d}", until.isoformat()
 
 
+def release_day(times: IndexTimes, package: str, version: str, wheel: Path | None,
+                ) -> tuple[dt.datetime | None, str, str]:
+    """The release's own day, why, and its key: the libraries its container image was built
+    with (an image is built when the release is made). The fallback of :func:`current_until`,
+    for a model that a later library broke for this release (a user's engine that ran had
+    libraries that worked)."""
+    released_at, how = released(times, package, version, wheel)
+    if released_at is None:
+        return None, f"the release could not be dated: {how}", "newest"
+    return (released_at, f"its own release day ({how}), as its container image has them",
+            released_at.isoformat())
+
+
 def _file_version(filename: str) -> Version | None:
     try:
         if filename.endswith(".whl"):

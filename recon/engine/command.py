@@ -18,12 +18,23 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from recon.errors import ReconError
+
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def words(flags: str | list[str]) -> list[str]:
-    """The words of a command line (a string as typed, with shell line continuations, or argv)."""
-    return list(flags) if isinstance(flags, list) else shlex.split(flags.replace("\\\n", " "))
+    """The words of a command line (a string as typed, with shell line continuations, or argv).
+
+    A string the shell could not split either (an unclosed quote) is the user's input error.
+    """
+    if isinstance(flags, list):
+        return list(flags)
+    try:
+        return shlex.split(flags.replace("\\\n", " "))
+    except ValueError as err:  # what the shell would refuse too
+        raise ReconError(f"--flags: the shell cannot split this command line ({err}): "
+                         f"{flags[:120]!r}") from err
 
 
 def typed_environment(tokens: list[str]) -> tuple[dict[str, str], list[str]]:

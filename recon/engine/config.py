@@ -200,13 +200,15 @@ def snapshot_metadata(snapshot: Snapshot) -> str:
     return wheel_metadata(snapshot_wheel(snapshot))
 
 
-def environment(snapshot: Snapshot) -> ReleaseEnv:
-    """The release's environment (built once, cached)."""
+def environment(snapshot: Snapshot, own_day: bool = False) -> ReleaseEnv:
+    """The release's environment (built once, cached): its libraries as of the days it was
+    the newest release, or (``own_day``) as of its own release day."""
     if snapshot.package != "vllm" or not snapshot.version:
         raise ReconError(f"engine mode reads vLLM releases; {snapshot.label} is "
                          f"{snapshot.package} {snapshot.version}")
     wheel = snapshot_wheel(snapshot)
-    return release_env(snapshot.package, snapshot.version, wheel_metadata(wheel), wheel)
+    return release_env(snapshot.package, snapshot.version, wheel_metadata(wheel), wheel,
+                       own_day)
 
 
 def _request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json: dict[str, Any],
@@ -445,6 +447,33 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                {"attention_backend": attention_backend, "logged_args": logged_args,
                 "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
                 "entry": "" if command.entry == "serve" else command.entry})
+    result = _answered(ask, config_json)
+    failed_in = library_failure(result, release_environment)
+    if failed_in:  # a later library broke the release for this model: its own day's may not
+        own = environment(snapshot, own_day=True)
+        if own.root != release_environment.root:
+            again = _answered(_Ask(**{**vars(ask), "renv": own}), config_json)
+            if again.get("ok"):
+                result = {**again, "assumed": [_libraries_said(result, release_environment,
+                                                               own, failed_in),
+                                               *(again.get("assumed") or [])]}
+                release_environment = own
+    said = [command.assumed, image_release(command.image, snapshot)]
+    if any(said):
+        result = {**result, "assumed": [*filter(None, said), *(result.get("assumed") or [])]}
+    if ask.options["model_files"]:
+        result = {**result, "assumed": [*(result.get("assumed") or []), "the model folder's "
+                                        + ", ".join(sorted(ask.options["model_files"]))
+                                        + " beside config.json, as the release reads them"]}
+    return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
+                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)},
+                  config_json)
+
+
+def _answered(ask: _Ask, config_json: dict[str, Any]) -> dict[str, Any]:
+    """The release's answer to ``ask``; where it failed on what recon cannot give it (a
+    quantization without the checkpoint's config, a tokenizer-built parser), asked again
+    without that, each left-out said. A failed retry gives the first answer's error."""
     result = first = ask.answer()
     left_out: list[str] = []
     for option, reason in (("without_quantization", _unbacked_quantization),
@@ -457,19 +486,41 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
             if result.get("ok"):
                 break
     if not result.get("ok"):  # the user's own command's error, not a retry's
-        result = first
-    elif left_out:
-        result = {**result, "assumed": left_out}
-    said = [command.assumed, image_release(command.image, snapshot)]
-    if any(said):
-        result = {**result, "assumed": [*filter(None, said), *(result.get("assumed") or [])]}
-    if ask.options["model_files"]:
-        result = {**result, "assumed": [*(result.get("assumed") or []), "the model folder's "
-                                        + ", ".join(sorted(ask.options["model_files"]))
-                                        + " beside config.json, as the release reads them"]}
-    return _facts(snapshot, result, board, gpu is not None, gpu_count, usage, release_environment,
-                  {"env": round(env_seconds, 2), "total": round(time.monotonic() - start, 2)},
-                  config_json)
+        return first
+    return {**result, "assumed": left_out} if left_out else result
+
+
+#: libraries that are the same in every environment (this machine's CPU torch)
+_SAME_EVERYWHERE = ("torch", "torchvision", "torchaudio", "triton")
+
+
+def library_failure(result: dict[str, Any], renv: ReleaseEnv) -> str | None:
+    """The library of the environment whose code raised the release's error (None: the
+    release's own code or torch did, or it did not fail)."""
+    if result.get("ok") or "usage_error" in result:
+        return None
+    trace = str((result.get("errors") or [{}])[-1].get("traceback") or "")
+    frames = re.findall(r'File "([^"]+)", line \d+', trace)
+    site = str(renv.site).rstrip("/") + "/"
+    if not frames or not frames[-1].startswith(site):
+        return None
+    top = frames[-1][len(site):].split("/")[0]
+    return None if top in _SAME_EVERYWHERE else top
+
+
+def _libraries_said(failed: dict[str, Any], renv: ReleaseEnv, own: ReleaseEnv,
+                    library: str) -> str:
+    """The assumption line of an answer given with the release day's libraries."""
+    def dated(record: dict[str, object]) -> str:
+        when = str(record.get("resolved_as_of") or "")[:10]
+        pins = [i for i in cast(list[str], record.get("installed") or [])
+                if i.split("==")[0].lower().replace("_", "-") == library.replace("_", "-")]
+        return f"as of {when}" + (f" ({pins[0]})" if pins else "")
+    err = _error_text((failed.get("errors") or [{}])[-1])
+    return (f"the libraries of the release's own day were used: with those {dated(renv.record)} "
+            f"the release fails inside {library} ({err[:160]}), with those {dated(own.record)}, "
+            "as its container image has them, it answers; a server that ran had libraries "
+            "that worked")
 
 
 def _unbacked_quantization(result: dict[str, Any], config_json: dict[str, Any]) -> str | None:

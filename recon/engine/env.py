@@ -57,7 +57,7 @@ from packaging.utils import canonicalize_name
 from .. import progress
 from ..errors import ReconError, require_package
 from ..paths import cache_dir
-from .asof import AsOf, IndexTimes, current_until
+from .asof import AsOf, IndexTimes, current_until, release_day
 
 #: the installed CPU torch is imported instead (never a CUDA build)
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
@@ -384,24 +384,28 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def as_of_release(package: str, version: str, wheel: Path | None) -> AsOf:
-    """Resolution as of the release's days as the newest (cached index pages under ``envs/``)."""
+def as_of_release(package: str, version: str, wheel: Path | None,
+                  own_day: bool = False) -> AsOf:
+    """Resolution as of the release's days as the newest, or (``own_day``) as of its own
+    release day (cached index pages under ``envs/``)."""
     times = IndexTimes(cache_dir() / "envs" / "index-times")
-    cutoff, source, key = current_until(times, package, version, wheel)
+    cutoff, source, key = (release_day if own_day else current_until)(times, package, version,
+                                                                        wheel)
     return AsOf(times, cutoff, source, key=key)
 
 
 def release_env(package: str, version: str, metadata_text: str,
-                wheel: Path | None = None) -> ReleaseEnv:
+                wheel: Path | None = None, own_day: bool = False) -> ReleaseEnv:
     """The environment of one release: from the cache, or built now (once).
 
-    Its requirements are resolved as of the release (:mod:`recon.engine.asof`); ``wheel``
-    dates the release when the index cannot.
+    Its requirements are resolved as of the release (:mod:`recon.engine.asof`): the days
+    it was the newest, or with ``own_day`` its own release day; ``wheel`` dates the
+    release when the index cannot.
     """
     require_package("torch", f"importing {package} {version} (engine mode)")
     reqs = requirements(metadata_text)
     base = cache_dir() / "envs"
-    asof = as_of_release(package, version, wheel)
+    asof = as_of_release(package, version, wheel, own_day)
     cutoff = asof.cutoff
     root = base / env_key(package, version, reqs, asof.key)
     with _locked(base / f".{root.name}.lock"):

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..engine.command import words
 from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_config, model_files
 from ..engine.gpus import board_for
 from ..errors import ReconError
@@ -93,6 +94,7 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
     if how:
         said.append(how)
     command = ctx.command if ctx.command is not None else "vllm serve model"
+    words(command)  # a command line the shell cannot split is the user's error, said as such
     logged = bool(getattr(ctx.given, "from_log", False))
     key = json.dumps([ctx.snapshot.src.as_posix(), command, config, ctx.config_path, board, req,
                       logged],
