@@ -704,3 +704,18 @@ def test_a_command_line_the_shell_cannot_split_is_the_users_error() -> None:
     with pytest.raises(ReconError, match=r"--flags: the shell cannot split .*No closing quotation"):
         words("vllm serve m --speculative-config '{\"method\": \"mtp\"}")
     assert words("vllm serve m \\\n --x 'a b'") == ["vllm", "serve", "m", "--x", "a b"]
+
+
+def test_a_vendored_packages_compiled_part_imports_its_names() -> None:
+    """The release's own compiled modules are empty; the compiled part of a package it vendors
+    answers any name, as ``from ._C import ...`` needs for the package's trial import."""
+    import importlib.machinery
+
+    finder = child.EmptyExtensions(["vllm._C", "vllm.third_party.deep_gemm._C"])
+    own = finder.create_module(importlib.machinery.ModuleSpec("vllm._C", finder))
+    vendored = finder.create_module(
+        importlib.machinery.ModuleSpec("vllm.third_party.deep_gemm._C", finder))
+    assert not hasattr(own, "init")  # the release's own: empty, as before
+    vendored.init("/opt/include", "nvcc")  # a call works, and is recorded, not run
+    assert vendored.get_num_sms is not None
+    assert finder.hits == ["vllm._C", "vllm.third_party.deep_gemm._C"]

@@ -58,8 +58,19 @@ LOGGED = (("attention_block_size_logged", "Setting attention block size to"),
           ("kv_cache_tokens_logged", "GPU KV cache size:"))
 
 
+#: where a release vendors a package whose Python imports names from its own compiled part
+#: (``vllm/third_party/deep_gemm``: ``from ._C import ...``, then ``_C.init(...)``)
+VENDORED = ("vllm.third_party.",)
+
+
 class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers imports of the listed compiled modules with empty modules, recording each."""
+    """Answers imports of the listed compiled modules with empty modules, recording each.
+
+    The compiled part of a package the release vendors is a recording stub module
+    instead (every name works, its use is listed), so the vendored package imports
+    as on a server: 0.25's sparse-attention indexer asks ``has_deep_gemm()``, a
+    trial import of ``vllm.third_party.deep_gemm``, and refuses to build without it.
+    """
 
     def __init__(self, names: list[str]) -> None:
         self.names = set(names)
@@ -70,8 +81,10 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=False)
 
-    def create_module(self, spec: Any) -> types.ModuleType:
+    def create_module(self, spec: Any) -> Any:
         self.hits.append(spec.name)
+        if spec.name.startswith(VENDORED):
+            return _stubs().StubFactory().module(spec.name, {}, kind="vendored compiled")
         return types.ModuleType(spec.name, "recon engine mode: compiled extension replaced")
 
     def exec_module(self, module: types.ModuleType) -> None:

@@ -485,7 +485,13 @@ def _answered(ask: _Ask, config_json: dict[str, Any]) -> dict[str, Any]:
             result = ask.answer()
             if result.get("ok"):
                 break
-    if not result.get("ok"):  # the user's own command's error, not a retry's
+    if not result.get("ok"):  # the user's own command's error, and what the retry met after it
+        later = _error_text((result.get("errors") or [{}])[-1])
+        if left_out and later != _error_text((first.get("errors") or [{}])[-1]):
+            where = _where(ask.snapshot, str((result.get("errors") or [{}])[-1]
+                                             .get("traceback", "")))
+            return {**first, "then": f"asked again without {left_out[-1].split(' was left out')[0]}"
+                                     f", the release failed later: {later[:300]}{where}"}
         return first
     return {**result, "assumed": left_out} if left_out else result
 
@@ -758,8 +764,10 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
             cause = str(errors[-1].get("exception") or "").strip().splitlines()
             if cause:
                 said += f" ({cause[-1][:300]})"
+        then = f"; {result['then']}" if result.get("then") else ""
         raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}"
-                           + _stood_in(result) + _model_file_hint(str(err.get("error", "")), config_json))
+                           + then + _stood_in(result)
+                           + _model_file_hint(str(err.get("error", "")), config_json))
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")
