@@ -37,7 +37,7 @@ from recon.engine.config import (
     vllm_command,
 )
 from recon.engine.env import requirements, skip_reason
-from recon.engine.gpus import GPUS, UnknownGPU, gpu
+from recon.engine.gpus import GPUS, UnknownGPU, board_for, gpu
 from recon.errors import ReconError
 from recon.examples import EXAMPLES_DIR
 from recon.snapshots.model import Snapshot
@@ -719,3 +719,19 @@ def test_a_vendored_packages_compiled_part_imports_its_names() -> None:
     vendored.init("/opt/include", "nvcc")  # a call works, and is recorded, not run
     assert vendored.get_num_sms is not None
     assert finder.hits == ["vllm._C", "vllm.third_party.deep_gemm._C"]
+
+
+def test_a_board_is_read_from_how_people_write_it() -> None:
+    """A device name as the driver prints it, or an alias, is that board; a spelling that
+    needs reading (spaces, dashes, no vendor words) is read and the reading is said; two
+    boards it could be, or none, are the user's to name."""
+    assert board_for("NVIDIA GeForce RTX 4090") == ("rtx4090", "")
+    assert board_for("NVIDIA H100 80GB HBM3") == ("h100", "")
+    assert board_for("h100-sxm") == ("h100", "") and board_for("dgx-spark") == ("gb10", "")
+    key, how = board_for("RTX 4090")
+    assert key == "rtx4090" and how.startswith("GPU 'RTX 4090' read as rtx4090: NVIDIA GeForce")
+    assert board_for("a6000")[0] == "rtx-a6000" and board_for("rtx_3090")[0] == "rtx3090"
+    with pytest.raises(UnknownGPU, match="could be v100-16, v100-32"):
+        board_for("v100")
+    with pytest.raises(UnknownGPU, match="unknown GPU 'h300'"):
+        board_for("h300")

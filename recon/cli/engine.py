@@ -50,7 +50,7 @@ def engine_config_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or a SOURCE (pip:vllm==0.33.0)."),
     flags: str = typer.Option(..., "--flags", help="The command line as typed: 'vllm serve MODEL ...'."),
     config: Path = typer.Option(..., "--config", help="The model's config.json (or its folder; the processor files beside it are read too), or example:NAME for one shipped with recon."),
-    gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ...); default h100."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ..., a device name, or sm86); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
@@ -61,6 +61,7 @@ def engine_config_cmd(
 ) -> None:
     """``recon engine-config``."""
     from ..engine.config import engine_config, model_files
+    from ..engine.gpus import board_for
     from ..slicing.runner import load_config
     from ..snapshots.cache import ensure_snapshot
 
@@ -71,6 +72,9 @@ def engine_config_cmd(
             raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
         extra[name] = value
     cfg = load_config(config) or {}  # a path always gives a dict; None only for no config
+    gpu, read_as = board_for(gpu)  # a board, an alias, a device name or a compute capability
+    if read_as:
+        err_console.print(f"recon: assumed {read_as}")
     snap = ensure_snapshot(snapshot)
     if snap.package == "sglang":
         if llm or engine_context or kv_memory_gib is not None:

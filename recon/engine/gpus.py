@@ -111,10 +111,10 @@ class UnknownGPU(ReconError):
 
 
 def gpu(key: str) -> GPU:
-    """The table entry for ``key`` (case-insensitive; ``a100`` means ``a100-80``)."""
-    k = key.strip().lower().replace("_", "-")
-    k = {"a100": "a100-80", "a100-80gb": "a100-80", "a100-40gb": "a100-40"}.get(k, k)
-    if k not in GPUS:
+    """The table entry for ``key``: a key, an alias (``a100`` means ``a100-80``) or a board's
+    device name, in any case (a spelling that needs reading goes through :func:`board_for`)."""
+    k = _named(key)
+    if k is None:
         raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(GPUS)}")
     return GPUS[k]
 
@@ -142,4 +142,56 @@ def board_for(spec: str | None) -> tuple[str | None, str]:
                                    f"the board (--set gpu=KEY) if its memory differs")
         raise UnknownGPU(f"--set gpu: no board of compute capability {major}.{minor} in the "
                          f"table; known: {', '.join(f'{g.key} (sm{g.major}{g.minor})' for g in GPUS.values())}")
-    return gpu(text).key, ""
+    key = _named(text)
+    if key is not None:
+        return key, ""
+    board = _read_as(text)
+    return board.key, (f"GPU {spec!r} read as {board.key}: {board.name} "
+                       f"({board.memory_bytes / 2**30:.1f} GiB); name the board (--set gpu=KEY) "
+                       "if it is another")
+
+
+#: other names of a board (the same board, so nothing is assumed)
+ALIASES = {"a100": "a100-80", "a100-80gb": "a100-80", "a100-40gb": "a100-40",
+           "h100-sxm": "h100", "h100-sxm5": "h100", "h100-80gb": "h100", "dgx-spark": "gb10",
+           "spark": "gb10", "jetson-thor": "thor", "agx-thor": "thor",
+           "rtx-pro-6000-blackwell": "rtx-pro-6000"}
+
+
+def _compact(text: str) -> str:
+    """A board name without case, spaces, punctuation or vendor words: ``RTX-4090`` -> rtx4090."""
+    text = text.lower()
+    for word in ("nvidia", "geforce", "amd", "instinct", "tesla"):
+        text = text.replace(word, "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def _named(text: str) -> str | None:
+    """The key ``text`` names exactly: a key, or a board's own device name (any case)."""
+    k = text.strip().lower().replace("_", "-")
+    k = ALIASES.get(k, k)
+    if k in GPUS:
+        return k
+    for board in GPUS.values():
+        if board.name.lower() == text.strip().lower():
+            return board.key
+    return None
+
+
+def _read_as(text: str) -> GPU:
+    """The one board whose key or device name ``text`` spells (``rtx 4090``, ``rtx_3090``,
+    ``GeForce RTX 4090``, ``a6000``); more than one, or none, is the user's to name."""
+    want = _compact(text)
+    if not want:
+        raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(GPUS)}")
+    spelled = [b for b in GPUS.values() if want in (_compact(b.key), _compact(b.name))]
+    if len(spelled) == 1:
+        return spelled[0]
+    near = spelled or [b for b in GPUS.values()
+                       if _compact(b.key).endswith(want) or _compact(b.key).startswith(want)]
+    if len(near) == 1:
+        return near[0]
+    if near:
+        raise UnknownGPU(f"GPU {text!r} could be {', '.join(b.key for b in near)}: name one "
+                         "(--set gpu=KEY)")
+    raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(GPUS)}")
