@@ -447,17 +447,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                {"attention_backend": attention_backend, "logged_args": logged_args,
                 "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
                 "entry": "" if command.entry == "serve" else command.entry})
-    result = _answered(ask, config_json)
-    failed_in = library_failure(result, release_environment)
-    if failed_in:  # a later library broke the release for this model: its own day's may not
-        own = environment(snapshot, own_day=True)
-        if own.root != release_environment.root:
-            again = _answered(_Ask(**{**vars(ask), "renv": own}), config_json)
-            if again.get("ok"):
-                result = {**again, "assumed": [_libraries_said(result, release_environment,
-                                                               own, failed_in),
-                                               *(again.get("assumed") or [])]}
-                release_environment = own
+    result, release_environment = _release_day_if_broken(_answered(ask, config_json), ask,
+                                                         config_json)
     said = [command.assumed, image_release(command.image, snapshot)]
     if any(said):
         result = {**result, "assumed": [*filter(None, said), *(result.get("assumed") or [])]}
@@ -494,6 +485,24 @@ def _answered(ask: _Ask, config_json: dict[str, Any]) -> dict[str, Any]:
                                      f", the release failed later: {later[:300]}{where}"}
         return first
     return {**result, "assumed": left_out} if left_out else result
+
+
+def _release_day_if_broken(result: dict[str, Any], ask: _Ask, config_json: dict[str, Any],
+                           ) -> tuple[dict[str, Any], ReleaseEnv]:
+    """The answer, and the environment that gave it: where a library of the environment
+    raised the release's error (a later library broke the release for this model), the
+    answer of the release day's libraries instead, said; else ``result`` as it is."""
+    failed_in = library_failure(result, ask.renv)
+    if not failed_in:
+        return result, ask.renv
+    own = environment(ask.snapshot, own_day=True)
+    if own.root == ask.renv.root:  # one date: nothing else to ask
+        return result, ask.renv
+    again = _answered(_Ask(**{**vars(ask), "renv": own}), config_json)
+    if not again.get("ok"):  # the first error is the one reported
+        return result, ask.renv
+    said = _libraries_said(result, ask.renv, own, failed_in)
+    return {**again, "assumed": [said, *(again.get("assumed") or [])]}, own
 
 
 #: libraries that are the same in every environment (this machine's CPU torch)
