@@ -57,6 +57,7 @@ def main() -> None:
         shutil.rmtree(env)
     first = _run(GEMMA4, FLAGS)
     warm = _run(GEMMA4, FLAGS)
+    _run(GEMMA3, "vllm serve m --max-model-len 4096")  # its own server (another architecture)
     plain = _run(GEMMA3, "vllm serve m --max-model-len 4096")
     print(json.dumps({"fallback_first_use_s": round(first, 1), "fallback_warm_s": round(warm, 1),
                       "plain_warm_s": round(plain, 1),
