@@ -105,7 +105,8 @@ def show_on(console: Any) -> None:
     global _bar
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    _bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+    # a description names packages and snapshots (data): shown as text, never read as markup
+    _bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
                     TextColumn("{task.fields[amount]}"), TimeElapsedColumn(),
                     console=console, transient=True)
 

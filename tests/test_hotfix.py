@@ -141,7 +141,7 @@ def test_readme_lines(field: HotfixResult) -> None:
     sha = field.patched["sha256"]
     for text in ("## docker run", '-v "$PWD/mamba-column/mamba_hybrid.py":SITE/' + REL + ":ro",
                  "## docker compose", "## Kubernetes (ConfigMap + subPath)",
-                 f"kubectl create configmap recon-hotfix-{sha[:12]}", "subPath: mamba_hybrid.py",
+                 f"kubectl create configmap recon-hotfix-{sha[:12]}", "subPath: \"mamba_hybrid.py\"",
                  "readOnly: true", "## Verify", f"--sha256 {sha}",
                  "--piece MambaHybridModelState.add_request=115 --import < mamba-column/verify_hotfix.py",
                  "PYTHONDONTWRITEBYTECODE", "## Rollback",

@@ -12,13 +12,15 @@ import importlib
 import importlib.util
 import signal
 import sys
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 
 import typer
 import typer.main
 
 from ..errors import ReconError
+from ..safetext import safe_text
+from .output import safe_streams
 
 app = typer.Typer(
     name="recon",
@@ -74,8 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):  # not the main thread (embedded use): leave them alone
             old[sig] = signal.signal(sig, interrupt)
+    if sys.excepthook is sys.__excepthook__:  # a bug's traceback quotes data too: escaped as well
+        sys.excepthook = _safe_excepthook
     try:
-        _run(argv)
+        with safe_streams():  # whatever a verb prints, control characters arrive escaped
+            _run(argv)
     except (SystemExit, KeyboardInterrupt):
         if not received:
             raise
@@ -84,6 +89,13 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
+
+
+def _safe_excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """Python's traceback, with the control characters its messages may quote escaped."""
+    import traceback
+
+    sys.stderr.write(safe_text("".join(traceback.format_exception(kind, value, tb))))
 
 
 #: how help names a value's type, docker-style (``--format string``); switches show none
@@ -157,7 +169,7 @@ def _run(argv: list[str] | None) -> None:
         if isinstance(rc, int) and rc:  # typer.Exit(n) comes back as a return value here
             sys.exit(rc)
     except ReconError as err:
-        typer.echo(f"recon: error: {err}", err=True)
+        typer.echo(f"recon: error: {safe_text(str(err), one_line=True)}", err=True)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         typer.echo("recon: interrupted", err=True)

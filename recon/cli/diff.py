@@ -136,7 +136,7 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
             [("changed", p) for p in f.changed]
         shown = listed if all_files else listed[:40]
         for change, path in shown:
-            console.print(f"  {_kind(change):>8} {path}", highlight=False, soft_wrap=True)
+            console.print(f"  {_kind(change):>8} {escape(path)}", highlight=False, soft_wrap=True)
         if len(shown) < len(listed):
             console.print(f"  [dim]... {len(listed) - len(shown)} more (--files lists all)[/]")
     if result.functions is not None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
+from ..paste import host
 from .output import console, emit_json
 
 if TYPE_CHECKING:
@@ -87,8 +88,8 @@ def _print(result: HotfixResult) -> None:
     console.print(f"mount read-only over [bold]{escape(m['target'])}[/]"
                   + ("" if m["site_known"] else " (SITE: give --site, or run the README's 'where' "
                                                 "line in the image)"))
-    line = (f'-v "{result.output}/{m["file"]}":{m["target"]}:ro' if result.output
-            else m["docker_run"])  # here the folder's own path; the README's lines are relative
+    line = (f"-v {host(result.output + '/' + m['file'], tail=':' + m['target'] + ':ro')}"
+            if result.output else m["docker_run"])  # the folder's own path; the README's: relative
     console.print(f"  docker run ... {escape(line)} IMAGE ...", soft_wrap=True)
     if result.output:
         console.print(f"written: [bold]{escape(result.output)}[/] (README.md: compose, "

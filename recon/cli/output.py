@@ -6,12 +6,20 @@ when ``--json`` is given, or renders rich tables with :data:`console`.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.errors import MarkupError
+from rich.segment import Segment
+from rich.text import Span, Text
+
+from ..safetext import safe_text, unsafe_spans
 
 #: Width when a stream is not a terminal: whole lines (``recon find ... | grep`` must see every
 #: name), not rich's 80-column default. ``COLUMNS`` still wins when set.
@@ -19,15 +27,53 @@ PIPE_WIDTH = 100_000
 
 
 class _Console(Console):
-    """Rich's console, except that a reader closing the pipe is an exception the verb sees.
+    """Rich's console, except that it never sends a control character it was given, and a
+    reader closing the pipe is an exception the verb sees.
 
-    Rich turns it into ``SystemExit(1)``, which made ``recon has ... | head -1`` answer
-    "no" (exit 1) whatever the answer was.
+    Every string and :class:`~rich.text.Text` is escaped (:func:`~recon.safetext.safe_text`)
+    before layout, so widths stay right, and the text of every segment is escaped again as it
+    is written, whatever renderable made it: styles are rich's (generated), text is data. Only
+    rich's own control segments (a live display's cursor moves) pass, and no hyperlink does
+    (recon prints none; one would come from markup inside data). Markup that data broke is
+    printed as plain text instead of a traceback.
+
+    Rich turns a closed pipe into ``SystemExit(1)``, which made ``recon has ... | head -1``
+    answer "no" (exit 1) whatever the answer was.
     """
 
     def on_broken_pipe(self) -> None:
         quiet_stdout()
         raise BrokenPipeError
+
+    @property
+    def file(self) -> IO[str]:
+        """The stream underneath rich's redirection (a live display's) and :class:`SafeStream`:
+        this console escapes its own text and must not have its colours escaped."""
+        stream: Any = self._file or (sys.stderr if self.stderr else sys.stdout)
+        for _ in range(8):
+            inner = getattr(stream, "rich_proxied_file", None)
+            if inner is None or inner is stream:
+                break
+            stream = inner
+        return stream  # type: ignore[no-any-return]
+
+    @file.setter
+    def file(self, new_file: IO[str]) -> None:
+        self._file = new_file
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        try:
+            return super().render_str(safe_text(text), **kwargs)
+        except MarkupError:  # a name like "[/x]" inside an f-string: show it, do not crash
+            return super().render_str(safe_text(text), **{**kwargs, "markup": False})
+
+    def render(self, renderable: RenderableType, options: Any = None) -> Iterable[Segment]:
+        if isinstance(renderable, Text):
+            renderable = safe_rich_text(renderable)
+        return super().render(renderable, options)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(_safe_segments(buffer))
 
 
 class _PipeConsole(_Console):
@@ -48,13 +94,84 @@ def _console(*, stderr: bool) -> Console:
     return _PipeConsole(stderr=stderr, width=PIPE_WIDTH)
 
 
+def safe_rich_text(text: Text) -> Text:
+    """``text`` with control characters escaped, its styles moved onto the escaped offsets."""
+    plain = text.plain
+    moves = unsafe_spans(plain)
+    if not moves:
+        return text
+    ends = [end for end, _ in moves]
+
+    def at(i: int) -> int:
+        k = bisect.bisect_right(ends, i)
+        return i + (moves[k - 1][1] if k else 0)
+
+    out = text.blank_copy(safe_text(plain))
+    out.spans = [Span(at(s.start), at(s.end), s.style) for s in text.spans]
+    return out
+
+
+def _safe_segments(buffer: Iterable[Segment]) -> Iterator[Segment]:
+    """The last line of defence: whatever renderable made a segment, its text is escaped."""
+    for seg in buffer:
+        if seg.control:
+            yield seg
+            continue
+        text, style = safe_text(seg.text), seg.style
+        if style is not None and style.link:
+            style = style.update_link(None)
+        yield seg if text is seg.text and style is seg.style else Segment(text, style)
+
+
+class SafeStream:
+    """``sys.stdout``/``sys.stderr`` while the CLI runs: every string written is escaped.
+
+    ``print``, ``typer.echo``, click's usage errors, warnings and tracebacks all write here,
+    so no verb can send raw text by forgetting to escape it. Rich consoles write to the
+    stream underneath (``rich_proxied_file``): recon's escape the text of their segments
+    themselves, and keep their colours.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    @property
+    def rich_proxied_file(self) -> Any:
+        return self._raw
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # a text stream refuses bytes (click probes for this)
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self._raw.write(safe_text(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+@contextlib.contextmanager
+def safe_streams() -> Iterator[None]:
+    """Escape everything written to ``sys.stdout`` and ``sys.stderr`` for the duration."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 console = _console(stderr=False)
 err_console = _console(stderr=True)
 
 
 def emit_json(obj: Any) -> None:
-    """Print ``obj`` as JSON on stdout (nothing else goes to stdout with --json)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """Print ``obj`` as JSON on stdout (nothing else goes to stdout with --json); ASCII only,
+    so every control character in a string is a JSON escape (``\u001b``), never a raw byte."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str, ensure_ascii=True) + "\n")
     sys.stdout.flush()
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import ReconError
+from ..paste import quote
 from .output import console, emit_json
 
 probe_app = typer.Typer(
@@ -40,6 +41,8 @@ def new(
     first: int = typer.Option(10, "--first", help="Log the first N calls per process and target."),
     every: int = typer.Option(0, "--every", help="Then every Nth call (0: none)."),
     max_bytes: int = typer.Option(64 << 20, "--max-bytes", help="Size cap of each process's log."),
+    max_files: int = typer.Option(256, "--max-files",
+                                  help="Cap on log files in the folder (one per process)."),
     log_dir: str = typer.Option("/tmp/recon-probe-logs", "--log-dir",
                                 help="Writable log folder inside the container."),
     only_argv: str | None = typer.Option(None, "--only-argv",
@@ -64,7 +67,7 @@ def new(
     spec = build_spec(list(target), log=[x.strip() for x in log.split(",") if x.strip()],
                       self_attrs=list(self_attr), exprs=list(expr), env=list(env), first=first,
                       every=every, max_bytes=max_bytes, log_dir=log_dir, only_argv=only_argv,
-                      skip_argv=skip_argv)
+                      skip_argv=skip_argv, max_files=max_files)
     from ..snapshots.cache import ensure_snapshot  # a snapshot name, or any SOURCE (pip:vllm==X)
 
     if snapshot is None and not unchecked:
@@ -72,6 +75,7 @@ def new(
                          "--snapshot SOURCE (pip:vllm==0.33.0, docker:IMAGE, a snapshot name), or "
                          "--unchecked to write it without checking")
 
+    mount = quote(f"{Path(out).resolve()}:/opt/recon-probe:ro", "the bundle folder")  # refused first
     bundle = new_bundle(out, spec, snapshot=ensure_snapshot(snapshot) if snapshot else None,
                         force=force)
     if as_json:
@@ -83,8 +87,8 @@ def new(
         table.add_row(escape(t.qualname), t.kind or "(not checked)", escape(t.signature or ""),
                       escape(", ".join(t.copies)))
     console.print(table)
-    console.print(f"Mount it: -v {bundle.path}:/opt/recon-probe:ro -e PYTHONPATH=/opt/recon-probe "
-                  f"(see {bundle.path / 'README.md'})")
+    console.print(f"Mount it: -v {escape(mount)} -e PYTHONPATH=/opt/recon-probe "
+                  f"(see {escape(str(bundle.path / 'README.md'))})", soft_wrap=True)
 
 
 @probe_app.command("check")
@@ -158,6 +162,8 @@ def read(
                       escape(p.python or "?"), escape(short_env(p.env)), f"{patched}/{len(p.targets)}", str(sum(p.calls.values())),
                       str(p.errors), "yes" if p.exited else "no")
     console.print(procs)
+    if summary.cap_note():
+        console.print(summary.cap_note(), markup=False)
     for t in summary.targets:  # one block per target: qualnames are too long for a table column
         console.rule(t.qualname, align="left")
         console.print(f"patched in {t.patched_in} processes, calls {_calls(t)}, logged {t.logged}"

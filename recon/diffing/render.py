@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..safetext import safe_text
 from .model import ConstantChange, DiffResult, FieldChange, FunctionChange, KeyedDiff
 
 #: Longest file list a report prints in full; the rest is counted.
@@ -218,7 +219,7 @@ def to_markdown(result: DiffResult, *, all_moved: bool = False, limit: int = LIM
         out += _md_fields(r["fields"], limit)
     if "functions" in r:
         out += _md_functions(r["functions"], limit)
-    return "\n".join(out) + "\n"
+    return safe_text("\n".join(out) + "\n")  # names and source are data: no control character
 
 
 def _md_image(img: dict[str, Any]) -> list[str]:
@@ -476,7 +477,7 @@ def to_html(result: DiffResult, *, all_moved: bool = False, limit: int = LIMIT) 
     if "functions" in r:
         out += _html_functions(r["functions"], limit, python)
     out.append("<p class='muted'>Written by recon diff.</p></body></html>")
-    return "\n".join(x for x in out if x) + "\n"
+    return safe_text("\n".join(x for x in out if x) + "\n")  # nor here
 
 
 def _html_image(img: dict[str, Any]) -> list[str]:

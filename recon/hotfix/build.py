@@ -20,6 +20,7 @@ from .. import progress
 from ..diffing.sides import open_side
 from ..errors import ReconError
 from ..index.models import ClassInfo, split_qualname
+from ..paste import check
 from ..snapshots.model import Snapshot
 from . import proof as proving
 from .derived import patched_snapshot
@@ -36,7 +37,7 @@ from .model import (
 )
 from .mount import mount_plan
 from .needs import Context, closure
-from .patchfile import apply_patch, check_files, parse_patch
+from .patchfile import apply_patch, check_files, parse_patch, read_patch
 from .pieces import changed_definitions, same_code, span
 from .sides import Side, module_file, overlay, resolve_piece
 from .splice import lines_of, outside_identical, parse_file, parse_piece, splice
@@ -73,6 +74,9 @@ def make_hotfix(snapshot: str | Path | Snapshot, *, fixed_in: str | Path | Snaps
         raise ReconError("give either --function QUALNAME (with --from) or --patch FILE.diff")
     if functions and fixed_in is None:
         raise ReconError("--function takes the fixed version from a release: add --from SOURCE")
+    patch_data = read_patch(Path(patch)) if patch is not None else None
+    if output is not None:  # the line recon prints holds its absolute path: refuse before any work
+        check(str(Path(output).resolve()), "the hotfix folder (-o)")
     image_snap = open_side(snapshot, package=package)
     fixed_snap = open_side(fixed_in, package=package) if fixed_in is not None else None
     if fixed_snap is not None and fixed_snap.package != image_snap.package:
@@ -81,16 +85,16 @@ def make_hotfix(snapshot: str | Path | Snapshot, *, fixed_in: str | Path | Snaps
         image = Side.load(image_snap)
         fixed = Side.load(fixed_snap) if fixed_snap is not None else None
     plan = _from_functions(image, fixed, list(functions)) if functions else \
-        _from_patch(image, Path(patch))  # type: ignore[arg-type]
+        _from_patch(image, str(patch), patch_data or b"")
     patched = overlay(image, plan.rel, plan.patched, f"{image.label} (patched)")
     pieces = _pieces(plan, image, patched, fixed)
     _same_calls(image, patched, pieces)
     rows = closure(Context(patched, fixed or patched, image, plan.module, plan.rel),
                    [p.qualname for p in pieces])
     _refuse_on(rows, image.label, pieces)
-    result = _prove_and_describe(plan, image, patched, fixed, pieces, rows, recipe=recipe,
-                                 config=config, flags=flags, options=options, site=site,
-                                 python=python, output=output, fixed_ref=fixed_in)
+    mount = _mount(plan, image, pieces, output, site, python)  # refuses before any proof
+    result = _prove_and_describe(plan, image, patched, fixed, pieces, rows, mount, recipe=recipe,
+                                 config=config, flags=flags, options=options, fixed_ref=fixed_in)
     result.seconds = time.perf_counter() - start
     if output is not None:
         from .bundle import write_hotfix
@@ -148,11 +152,7 @@ def _check_named(image: Side, fixed: Side, q: str) -> None:
                          "and formatting aside): nothing to patch")
 
 
-def _from_patch(image: Side, path: Path) -> Plan:
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ReconError(f"cannot read the patch: {err.strerror}", where=str(path)) from err
+def _from_patch(image: Side, path: str, data: bytes) -> Plan:
     patch, rel = check_files(image.snapshot, parse_patch(data))
     module = image.index.by_path.get(rel)
     if module is None:
@@ -160,7 +160,7 @@ def _from_patch(image: Side, path: Path) -> Plan:
     module_file(image, module, module)
     original = image.snapshot.read_bytes(rel)
     patched = apply_patch(original, patch, f"{rel} of {image.label}")
-    info = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "file": patch.path}
+    info = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "file": patch.path}
     return Plan(module, rel, original, patched, [], info)
 
 
@@ -248,12 +248,22 @@ def _refuse_on(rows: list[NeedRow], image_label: str, pieces: list[Piece]) -> No
     raise HotfixRefused(found[0][0], " | also ".join(parts))
 
 
+def _mount(plan: Plan, image: Side, pieces: list[Piece], output: str | Path | None,
+           site: str | None, python: str | None) -> dict[str, Any]:
+    """The mount, verify and rollback lines; a value they cannot quote is refused here."""
+    return mount_plan(image.snapshot, rel=plan.rel, module=plan.module,
+                      sha256=hashlib.sha256(plan.patched).hexdigest(),
+                      size_changed=len(plan.patched) != len(plan.original),
+                      pieces={split_qualname(p.qualname)[1]: p.patched_lines[0] for p in pieces},
+                      folder=Path(output).name if output is not None else "HOTFIX", site=site,
+                      python=python)
+
+
 # -- proof and description ---------------------------------------------------------------------
 def _prove_and_describe(plan: Plan, image: Side, patched: Side, fixed: Side | None,
-                        pieces: list[Piece], rows: list[NeedRow], *, recipe: str | None,
-                        config: Any, flags: Any, options: dict[str, Any] | None,
-                        site: str | None, python: str | None, output: str | Path | None,
-                        fixed_ref: Any) -> HotfixResult:
+                        pieces: list[Piece], rows: list[NeedRow], mount: dict[str, Any], *,
+                        recipe: str | None, config: Any, flags: Any,
+                        options: dict[str, Any] | None, fixed_ref: Any) -> HotfixResult:
     sha = hashlib.sha256(plan.patched).hexdigest()
     qualnames = [p.qualname for p in pieces]
     with progress.step("writing the patched snapshot (once per patched file, in recon's cache)"):
@@ -277,10 +287,6 @@ def _prove_and_describe(plan: Plan, image: Side, patched: Side, fixed: Side | No
                                   "do not show the bug, so the recipe proves no change")
     proof.warnings += [f"{r.name} ({r.target}) differs between the two releases: the patched "
                        "code uses the image's version" for r in rows if r.status == CHANGED]
-    folder = Path(output).name if output is not None else "HOTFIX"
-    mount = mount_plan(image.snapshot, rel=plan.rel, module=plan.module, sha256=sha,
-                       size_changed=len(plan.patched) != len(plan.original), pieces=line_of,
-                       folder=folder, site=site, python=python)
     return HotfixResult(
         snapshot=_describe(image.snapshot),
         fixed_in={**_describe(fixed.snapshot), "ref": fixed_ref if isinstance(fixed_ref, str)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from ..paste import check, here, quote, yaml_str
 from ..snapshots.model import Snapshot
 
 VERIFY = "verify_hotfix.py"
@@ -62,26 +63,38 @@ def verify_args(module: str, sha256: str, pieces: dict[str, int]) -> list[str]:
 def mount_plan(snap: Snapshot, *, rel: str, module: str, sha256: str, size_changed: bool,
                pieces: dict[str, int], folder: str, site: str | None,
                python: str | None) -> dict[str, Any]:
-    """Every line the README shows, as data (``hotfix.json``'s ``mount``)."""
+    """Every line the README shows, as data (``hotfix.json``'s ``mount``).
+
+    Every value from outside (the image's folders and Python, the module, piece
+    and folder names) is checked and quoted by :mod:`recon.paste`: one that
+    cannot be pasted safely is refused here, before anything is proven or written.
+    """
     target, known = in_image(snap, rel, site)
-    name = posixpath.basename(rel)
-    py = interpreter(snap, python)
-    args = " ".join(verify_args(module, sha256, pieces))
-    host = f'"$PWD/{folder}/{name}"'
+    target = check(target, "the package file's path in the image")
+    name = check(posixpath.basename(rel), "the patched file's name")
+    py = quote(interpreter(snap, python), "the image's Python")
+    folder = check(folder, "the hotfix folder's name")
+    args = " ".join(quote(a, "a verify argument (module or piece)")
+                    for a in verify_args(module, sha256, pieces))
+    pycache = posixpath.join(posixpath.dirname(target), "__pycache__")
+    mount = here(f"{folder}/{name}", tail=f":{target}:ro")
     config_map = f"recon-hotfix-{sha256[:12]}"
+    script = quote(f"{folder}/{VERIFY}")
     return {
-        "target": target, "site_known": known, "file": name, "python": py,
-        "pycache": posixpath.join(posixpath.dirname(target), "__pycache__"),
-        "size_changed": size_changed,
-        "docker_run": f"-v {host}:{target}:ro",
-        "compose": f"- ./{folder}/{name}:{target}:ro",
+        "target": target, "site_known": known, "file": name,
+        "python": interpreter(snap, python), "pycache": pycache, "size_changed": size_changed,
+        "docker_run": f"-v {mount}",
+        "compose": "- " + yaml_str(f"./{folder}/{name}:{target}:ro"),
         "configmap": config_map,
-        "kubectl_create": f"kubectl create configmap {config_map} --from-file={name}={folder}/{name}",
+        "kubectl_create": (f"kubectl create configmap {config_map} "
+                           + quote(f"--from-file={name}={folder}/{name}")),
         "verify_args": args,
-        "verify_exec": f"docker exec -i ENGINE {py} - {args} --import < {folder}/{VERIFY}",
-        "verify_run": (f"docker run --rm --entrypoint {py} {'-v ' + host + ':' + target + ':ro'} "
-                       f'-v "$PWD/{folder}/{VERIFY}":/tmp/{VERIFY}:ro IMAGE /tmp/{VERIFY} {args}'),
-        "verify_kubectl": f"kubectl exec -i POD -c engine -- {py} - {args} --import < {folder}/{VERIFY}",
-        "where": (f"docker run --rm -i --entrypoint {py} IMAGE - --module {module} --where "
-                  f"< {folder}/{VERIFY}"),
+        "verify_exec": f"docker exec -i ENGINE {py} - {args} --import < {script}",
+        "verify_run": (f"docker run --rm --entrypoint {py} -v {mount} "
+                       f"-v {here(f'{folder}/{VERIFY}')}:/tmp/{VERIFY}:ro IMAGE /tmp/{VERIFY} {args}"),
+        "verify_kubectl": f"kubectl exec -i POD -c engine -- {py} - {args} --import < {script}",
+        "where": (f"docker run --rm -i --entrypoint {py} IMAGE - --module "
+                  f"{quote(module, 'the module name')} --where < {script}"),
+        "tmpfs": f"--tmpfs {quote(pycache)}",
+        "compose_tmpfs": f"tmpfs: [{yaml_str(pycache)}]",
     }

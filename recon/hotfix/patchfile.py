@@ -9,12 +9,21 @@ the one the change was made against, and nothing is written.
 A path in the patch is a repository path (``vllm/v1/...``, ``python/sglang/srt/...``,
 with or without git's ``a/``/``b/``); the package file it means is the longest
 tail of it that is a file of the snapshot.
+
+The patch file is read by :func:`read_patch`: a regular file of at most
+:data:`MAX_PATCH` bytes (8 MiB: a patch of one source file is kilobytes; vLLM's
+largest Python file is under 1 MiB). It is opened without blocking and checked
+on the open descriptor, so a FIFO, a device (``/dev/zero``), a socket or a
+folder is refused in one line instead of hanging recon or filling its memory.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import ReconError
 from ..snapshots.model import Snapshot
@@ -22,6 +31,8 @@ from .model import HotfixRefused
 from .splice import lines_of
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+#: the largest --patch file read (a unified diff of one Python file)
+MAX_PATCH = 8 << 20
 _GIT_ONLY = (b"new file mode", b"deleted file mode", b"rename from", b"rename to",
              b"copy from", b"copy to", b"GIT binary patch", b"Binary files ")
 
@@ -51,6 +62,32 @@ class FilePatch:
     @property
     def path(self) -> str:
         return self.new_path or self.old_path or "?"
+
+
+def read_patch(path: Path) -> bytes:
+    """The bytes of the ``--patch`` file: a regular file of at most :data:`MAX_PATCH` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as err:
+        raise ReconError(f"cannot open the --patch file: {err.strerror}", where=str(path)) from err
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ReconError("the --patch file is not a regular file (a FIFO, device, socket or "
+                             "folder): give a diff saved to a file", where=str(path))
+        if st.st_size > MAX_PATCH:
+            raise ReconError(f"the --patch file is {st.st_size} bytes, over the {MAX_PATCH >> 20} "
+                             "MiB a patch of one source file can be", where=str(path))
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_PATCH + 1)
+    except OSError as err:
+        raise ReconError(f"cannot read the --patch file: {err.strerror}", where=str(path)) from err
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PATCH:  # it grew while it was read
+        raise ReconError(f"the --patch file is over the {MAX_PATCH >> 20} MiB a patch of one "
+                         "source file can be", where=str(path))
+    return data
 
 
 def parse_patch(data: bytes) -> list[FilePatch]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..paste import code_block, code_span, quote, yaml_str
+from ..safetext import safe_text
 from .model import CHANGED, HotfixResult
 from .mount import VERIFY
 
@@ -16,70 +18,61 @@ from .mount import VERIFY
 def render_readme(result: HotfixResult, folder: str) -> str:
     """Markdown text for ``README.md``; ``folder`` is the hotfix folder's name."""
     m = result.mount
-    return "\n".join([
-        f"# recon hotfix `{folder}`",
+    return safe_text("\n".join([  # names and source from the image: control characters escaped
+        f"# recon hotfix {code_span(folder)}",
         "",
         _summary(result, folder),
         "",
         _proof(result),
         "## docker run",
-        "```",
-        "docker run ... \\",
-        f"  {m['docker_run']} \\",
-        "  IMAGE COMMAND...",
-        "```",
+        code_block(["docker run ... \\", f"  {m['docker_run']} \\", "  IMAGE COMMAND..."]),
         "",
         "## docker compose",
-        "```yaml",
-        "services:",
-        "  engine:",
-        "    volumes:",
-        f"      {m['compose']}",
-        "```",
+        code_block(["services:", "  engine:", "    volumes:", f"      {m['compose']}"], "yaml"),
         "",
         "## Kubernetes (ConfigMap + subPath)",
-        "```",
-        m["kubectl_create"],
-        "```",
-        "```yaml",
-        "spec:",
-        "  containers:",
-        "    - name: engine",
-        "      volumeMounts:",
-        "        - name: recon-hotfix",
-        f"          mountPath: {m['target']}",
-        f"          subPath: {m['file']}",
-        "          readOnly: true",
-        "  volumes:",
-        "    - name: recon-hotfix",
-        "      configMap:",
-        f"        name: {m['configmap']}",
-        "```",
+        code_block([m["kubectl_create"]]),
+        code_block([
+            "spec:",
+            "  containers:",
+            "    - name: engine",
+            "      volumeMounts:",
+            "        - name: recon-hotfix",
+            f"          mountPath: {yaml_str(m['target'])}",
+            f"          subPath: {yaml_str(m['file'])}",
+            "          readOnly: true",
+            "  volumes:",
+            "    - name: recon-hotfix",
+            "      configMap:",
+            f"        name: {yaml_str(m['configmap'])}",
+        ], "yaml"),
         "A subPath mount does not follow later edits of the ConfigMap: recreate the pods.",
         "",
         _verify(m, folder),
         _pycache(m),
         _rollback(m),
         _files(result, folder),
-    ])
+    ]))
 
 
 def _summary(result: HotfixResult, folder: str) -> str:
     snap, fixed, patch = result.snapshot, result.fixed_in, result.patch
-    source = (f"the release `{fixed['label']}` ({fixed['ref']})" if fixed else
-              f"the patch `{patch['path']}` (sha256 {patch['sha256'][:16]})" if patch else "?")
-    pieces = "\n".join(f"- `{p.qualname}` ({p.kind}): image lines {p.image_lines[0]}-"
+    source = (f"the release {code_span(fixed['label'])} ({fixed['ref']})" if fixed else
+              f"the patch {code_span(patch['path'])} (sha256 {patch['sha256'][:16]})" if patch
+              else "?")
+    pieces = "\n".join(f"- {code_span(p.qualname)} ({p.kind}): image lines {p.image_lines[0]}-"
                        f"{p.image_lines[1]}, patched lines {p.patched_lines[0]}-"
                        f"{p.patched_lines[1]}" for p in result.pieces)
     m = result.mount
     site = "" if m["site_known"] else (
-        f"\n\n`SITE` is the folder that holds `{snap['package']}` in your image: the snapshot "
-        f"({snap['source']}) does not say. This prints it (or give `--site` to recon):\n"
-        f"```\n{m['where']}\n```")
-    return (f"`{result.file}` of {snap['label']} (snapshot `{snap['name']}`), with exactly these "
-            f"pieces replaced by {source}; every other line is the image's own:\n\n{pieces}\n\n"
-            f"Mount `{m['file']}` read-only over `{m['target']}`. Run the lines below from the "
-            f"folder that holds `{folder}`.{site}\n\n"
+        f"\n\n`SITE` is the folder that holds {code_span(snap['package'])} in your image: the "
+        f"snapshot ({snap['source']}) does not say. This prints it (or give `--site` to recon):\n"
+        + code_block([m["where"]]))
+    return (f"{code_span(result.file)} of {snap['label']} (snapshot {code_span(snap['name'])}), "
+            f"with exactly these pieces replaced by {source}; every other line is the image's "
+            f"own:\n\n{pieces}\n\nMount {code_span(m['file'])} read-only over "
+            f"{code_span(m['target'])}. Run the lines below from the folder that holds "
+            f"{code_span(folder)}.{site}\n\n"
             f"- original: sha256 `{result.original['sha256']}`, {result.original['size']} bytes\n"
             f"- patched:  sha256 `{result.patched['sha256']}`, {result.patched['size']} bytes")
 
@@ -88,18 +81,18 @@ def _proof(result: HotfixResult) -> str:
     proof = result.proof
     lines = ["## Proof (recon, on the patched snapshot)", ""]
     for qualname, row in proof.reindexed.items():
-        lines.append(f"- re-indexed: `{qualname}` has {row['verdict']}")
+        lines.append(f"- re-indexed: {code_span(qualname)} has {row['verdict']}")
     if proof.verify:
         checks = ", ".join(c["check"] for c in proof.verify)
         lines.append(f"- `{VERIFY}` on the patched snapshot's file: ok ({checks})")
     for row in proof.has:
-        lines.append(f"- `recon has {row['qualname']} --fixed-in {row['fixed']}`: "
-                     f"**{row['answer']}** ({row['why']})")
+        command = f"recon has {quote(row['qualname'])} --fixed-in {quote(row['fixed'])}"
+        lines.append(f"- {code_span(command)}: **{row['answer']}** ({row['why']})")
     if proof.recipe is not None:
         lines += _recipe_lines(proof.recipe.to_json())
     changed = [r for r in result.closure if r.status == CHANGED]
     for row in changed:
-        lines.append(f"- warning: the new code uses `{row.name}` ({row.target}), which differs "
+        lines.append(f"- warning: the new code uses {code_span(row.name)} ({row.target}), which differs "
                      "between the two releases: the patched file calls the image's version")
     lines += [f"- warning: {w}" for w in proof.warnings if "differs between" not in w]
     lines.append(f"- closure: {len(result.closure)} names the new code reads were resolved in "
@@ -108,8 +101,8 @@ def _proof(result: HotfixResult) -> str:
 
 
 def _recipe_lines(recipe: dict[str, Any]) -> list[str]:
-    opts = " ".join(f"--set {k}={v}" for k, v in recipe["options"].items())
-    lines = [f"- `recon recipe run {recipe['recipe']} {opts}`:"]
+    opts = "".join(f" --set {quote(f'{k}={v}')}" for k, v in recipe["options"].items())
+    lines = [f"- {code_span('recon recipe run ' + quote(recipe['recipe']) + opts)}:"]
     for side in ("before", "after"):
         res = recipe[side]
         label = "image" if side == "before" else "patched"
@@ -129,14 +122,9 @@ def _verify(m: dict[str, Any], folder: str) -> str:
         "patched line; `--import` also imports the module the way the engine does.",
         "",
         "Before rolling out, on a throw-away container of the image:",
-        "```",
-        m["verify_run"],
-        "```",
+        code_block([m["verify_run"]]),
         "In the running container (docker, then Kubernetes):",
-        "```",
-        m["verify_exec"],
-        m["verify_kubectl"],
-        "```",
+        code_block([m["verify_exec"], m["verify_kubectl"]]),
         "Exit 0: the hotfix is what runs. 1: another file is imported (no mount, wrong path).",
         "2: stale bytecode would run (see below). 3: the module is not found or is compiled.",
         "4: `--import` failed or imported another file. 5: a piece is not the hotfix's.",
@@ -158,8 +146,9 @@ def _pycache(m: dict[str, Any]) -> str:
         "`.pyc` files; it does not stop it reading old ones. An image built with *unchecked*",
         "hash-based `.pyc` files (PEP 552) never compares them with the source: the mount then",
         "has no effect and verify exits 2. Remedy: a tmpfs over that folder's `__pycache__`",
-        f"(`--tmpfs {m['pycache']}`; compose `tmpfs: [{m['pycache']}]`; Kubernetes an",
-        f"`emptyDir` mounted at `{m['pycache']}`): its modules are compiled from source at start.",
+        f"({code_span(m['tmpfs'])}; compose {code_span(m['compose_tmpfs'])}; Kubernetes an",
+        f"`emptyDir` mounted at {code_span(m['pycache'])}): its modules are compiled from source "
+        "at start.",
         same_size,
     ])
 
@@ -173,7 +162,7 @@ def _rollback(m: dict[str, Any]) -> str:
         "- compose: remove the volume line, `docker compose up -d engine` (recreates it).",
         "- Kubernetes: remove the volumeMount and the volume (or `kubectl rollout undo "
         "deployment/NAME`), then",
-        f"  `kubectl delete configmap {m['configmap']}`.",
+        f"  {code_span('kubectl delete configmap ' + quote(m['configmap']))}.",
         "",
         "Afterwards the verify step exits 1 (the image's own file is imported): that is the",
         "rolled-back state.",
@@ -182,14 +171,15 @@ def _rollback(m: dict[str, Any]) -> str:
 
 
 def _files(result: HotfixResult, folder: str) -> str:
+    name = result.patched_snapshot["name"]
     return "\n".join([
         "## Files",
-        f"- `{result.mount['file']}`: the patched file",
+        f"- {code_span(result.mount['file'])}: the patched file",
         "- `hotfix.diff`: the unified diff against the image's file (`patch -p1` in the site folder)",
         "- `hotfix.json`: sha256 of both files, the pieces, the release with the fix, the closure,",
         "  the proof and these lines, as data",
         f"- `{VERIFY}`: the check above",
-        f"- the patched snapshot recon proved it on: `{result.patched_snapshot['name']}`",
-        f"  (`recon recipe run NAME --snapshot {result.patched_snapshot['name']}`)",
+        f"- the patched snapshot recon proved it on: {code_span(name)}",
+        f"  ({code_span('recon recipe run NAME --snapshot ' + quote(name, 'the snapshot name'))})",
         "",
     ])

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..safetext import safe_text
 from .models import Event, LogReport, ServerLog
 from .patterns import BY_ID
 from .quantities import QUANTITIES
@@ -256,7 +257,7 @@ def render_markdown(report: LogReport) -> str:
         out.append("|" + "---|" * len(s.columns))
         out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in s.rows]
         out.append("")
-    return "\n".join(out)
+    return safe_text("\n".join(out))  # a log's text (and what its escapes decode to) is data
 
 
 def _md(cell: str) -> str:
@@ -287,5 +288,5 @@ def render_console(report: LogReport, console: Any) -> None:
         for c in s.columns:
             t.add_column(c, overflow="fold")
         for row in rows:
-            t.add_row(*[Text(c, style=colours.get(c, "")) for c in row])
+            t.add_row(*[Text(safe_text(c), style=colours.get(c, "")) for c in row])
         console.print(t)

@@ -78,11 +78,12 @@ def new_bundle(out: str | Path, spec: ProbeSpec, *, snapshot: Snapshot | str | P
             target.copies = sorted(set(target.copies) | set(check.copies))
         spec.snapshot = {"name": snap.name, "package": snap.package, "version": snap.version}
     out = Path(out)
+    readme = render_readme(out.name, spec)  # refuses a name no pasted line can hold, first
     with staged_dir(out, replace=force) as tmp:
         write_text(tmp / SITECUSTOMIZE, bootstrap_source())
         write_text(tmp / RUNTIME, runtime_source())
         write_json(tmp / SPEC, spec.to_json())
-        write_text(tmp / README, render_readme(out.name, spec))
+        write_text(tmp / README, readme)
         _world_readable(tmp)
     return Bundle(path=out.resolve(), spec=spec, checks=checks)
 

@@ -7,13 +7,18 @@ variable, one writable log directory) and how to turn the probes off again.
 
 from __future__ import annotations
 
+from ..paste import code_block, code_span, here, quote, yaml_str
 from .spec import ProbeSpec, TargetSpec
 
 MOUNT = "/opt/recon-probe"
 
 
 def render_readme(name: str, spec: ProbeSpec) -> str:
-    """Markdown text for ``README.md``; ``name`` is the bundle folder's name."""
+    """Markdown text for ``README.md``; ``name`` is the bundle folder's name.
+
+    The folder's name and the log folder go into the lines through :mod:`recon.paste`
+    (quoted; one with a control character is refused).
+    """
     logs = spec.log_dir
     return "\n".join([_overview(name, spec), _docker_run(name, logs), _docker_compose(name, logs),
                       _kubernetes(name, logs), _AFTERWARDS])
@@ -35,7 +40,7 @@ def _overview(name: str, spec: ProbeSpec) -> str:
                f"({spec.snapshot['package']} {spec.snapshot['version']}).\n"
                if spec.snapshot else "Targets were not checked against a snapshot.\n")
     sampling = f"first {spec.first} calls" + (f", then every {spec.every}th" if spec.every else "")
-    return f"""# recon probe bundle `{name}`
+    return f"""# recon probe bundle {code_span(name)}
 
 Mount this folder read-only into the engine's container and put it on
 `PYTHONPATH`: Python then imports its `sitecustomize.py` in every process
@@ -49,7 +54,7 @@ changes: same image, same command line.
 {targets}
 
 Per process and target: {sampling}; each process writes its own
-`probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in `{spec.log_dir}`,
+`probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in {code_span(spec.log_dir)},
 starting with a `VERIFY` record (pid, argv, Python, environment variables
 {', '.join(spec.env) or '(none requested)'}, target status). A process with no
 file never loaded the bundle. Nothing is ever written to stderr: if the log
@@ -60,14 +65,12 @@ are readable by any user (0644): the engine may run unprivileged.
 
 def _docker_run(name: str, logs: str) -> str:
     """The ``docker run`` flags to add, for engines started by hand."""
+    bundle, logs = here(name, "the bundle folder's name"), quote(logs, "the log folder")
+    block = code_block(["docker run ... \\", f"  -v {bundle}:{MOUNT}:ro \\",
+                        f'  -v "$PWD/probe-logs":{logs} \\', f"  -e PYTHONPATH={MOUNT} \\",
+                        "  IMAGE COMMAND..."])
     return f"""## docker run
-```
-docker run ... \\
-  -v "$PWD/{name}":{MOUNT}:ro \\
-  -v "$PWD/probe-logs":{logs} \\
-  -e PYTHONPATH={MOUNT} \\
-  IMAGE COMMAND...
-```
+{block}
 If the image already sets `PYTHONPATH`, keep its value after `{MOUNT}:`
 (`docker image inspect -f '{{{{.Config.Env}}}}' IMAGE`).
 """
@@ -75,25 +78,20 @@ If the image already sets `PYTHONPATH`, keep its value after `{MOUNT}:`
 
 def _docker_compose(name: str, logs: str) -> str:
     """The compose service keys to add, for engines run from a compose file."""
-    return f"""## docker compose
-```yaml
-services:
-  engine:
-    volumes:
-      - ./{name}:{MOUNT}:ro
-      - ./probe-logs:{logs}
-    environment:
-      PYTHONPATH: {MOUNT}
-```
-"""
+    bundle = yaml_str(f"./{name}:{MOUNT}:ro", "the bundle folder's name")
+    logs = yaml_str(f"./probe-logs:{logs}", "the log folder")
+    return "## docker compose\n" + code_block([
+        "services:", "  engine:", "    volumes:", f"      - {bundle}", f"      - {logs}",
+        "    environment:", f"      PYTHONPATH: {MOUNT}"], "yaml") + "\n"
 
 
 def _kubernetes(name: str, logs: str) -> str:
     """The ConfigMap and pod spec fields to add, for engines deployed on Kubernetes."""
+    create = "kubectl create configmap recon-probe " + quote(f"--from-file={name}/",
+                                                            "the bundle folder's name")
+    logs = yaml_str(logs, "the log folder")
     return f"""## Kubernetes
-```
-kubectl create configmap recon-probe --from-file={name}/
-```
+{code_block([create])}
 ```yaml
 spec:
   containers:
