@@ -148,6 +148,8 @@ def read(
     from ..probes.logread import compact, short_argv, short_env
 
     summary = read_logs(logdir)
+    if not summary.processes:
+        raise NoRecords(_no_records(logdir, summary.bad_lines))
     if as_json:
         emit_json(summary.to_json())
         return
@@ -175,6 +177,20 @@ def read(
         console.print(f"  last   {compact(t.last, 200)}", markup=False)
     if summary.bad_lines:
         console.print(f"[yellow]{summary.bad_lines} unreadable lines[/]")
+
+
+class NoRecords(ReconError):
+    """A folder of probe logs with no record in it: not an answer (exit 1), and most often
+    a folder the engine's processes could not write."""
+
+    exit_code = 1
+
+
+def _no_records(logdir: Path, bad_lines: int) -> str:
+    found = (f"its probe-*.jsonl files hold {bad_lines} unreadable lines and no record"
+             if bad_lines else "no probe-*.jsonl file there or one folder down holds a record")
+    return (f"no records in {logdir}: {found}; was the folder writable by the engine's user? "
+            "(`recon probe check BUNDLE` says whether a process can write its log directory)")
 
 
 def _calls(t: Any) -> str:

@@ -63,9 +63,15 @@ def _recon_boot():
     if os.environ.get("RECON_PROBE_DISABLE") or "_recon_probe_runtime" in sys.modules:
         return
     try:
+        # The runtime's imports, loaded here with their usual bytecode cache, before the
+        # bytecode prefix below is set for the runtime alone. Everything the runtime
+        # uses is imported now, before any host code: an import made later (when a
+        # target's module loads, in a forked child) is one a host's ``__import__``
+        # wrapper or audit hook would see.
+        import __future__  # noqa: F401
+
         import json
-        import threading  # noqa: F401 - the runtime's imports, loaded with their usual
-        # bytecode cache before the bytecode prefix below is set for the runtime alone
+        import threading  # noqa: F401
 
         with open(os.path.join(here, "probe.json"), encoding="utf-8") as fh:
             spec = json.load(fh)

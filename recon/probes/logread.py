@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReconError
-from .runtime import STDERR_PREFIX
+from .runtime import COUNT_FILE, STDERR_PREFIX
 
 
 @dataclass
@@ -39,6 +39,7 @@ class ProcessLog:
     errors: int = 0
     capped: bool = False
     disabled: str | None = None
+    max_files: int | None = None
 
 
 @dataclass
@@ -68,6 +69,16 @@ class LogSummary:
     targets: list[TargetLog]
     bad_lines: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
+    max_files: int | None = None  # the bundle's cap on log files per folder (from VERIFY)
+    unlogged_processes: int = 0  # processes beyond that cap: they wrote nothing
+
+    def cap_note(self) -> str | None:
+        """The line that says records were dropped because the folder was full."""
+        if not self.unlogged_processes:
+            return None
+        return (f"{self.unlogged_processes} more processes wrote no log: the bundle's cap of "
+                f"{self.max_files} log files per folder was reached (their records were "
+                "dropped; `recon probe new --max-files` sets the cap).")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +86,9 @@ class LogSummary:
     def to_markdown(self) -> str:
         lines = [f"# Probe logs: `{self.logdir}`", "",
                  f"{len(self.processes)} processes, {len(self.files)} files, "
-                 f"{self.bad_lines} unreadable lines.", "", "## Processes", "",
+                 f"{self.bad_lines} unreadable lines.", "",
+                 *([self.cap_note() or "", ""] if self.unlogged_processes else []),
+                 "## Processes", "",
                  "| pid | parent | argv | python | env | patched | calls | errors | exit |",
                  "|---|---|---|---|---|---|---|---|---|"]
         for p in self.processes:
@@ -194,7 +207,24 @@ def read_logs(logdir: str | Path) -> LogSummary:
             tl.calls += n
             tl.calls_exact = tl.calls_exact and proc.exited
     summary.targets = sorted(targets.values(), key=lambda t: t.qualname)
+    _count_unlogged(root, summary)
     return summary
+
+
+def _count_unlogged(root: Path, summary: LogSummary) -> None:
+    """Processes over the cap: each process that tried to log appended one byte to its
+    folder's count file (runtime.py: ``probe-files.count``); those past the cap made
+    no file."""
+    caps = [p.max_files for p in summary.processes if isinstance(p.max_files, int)]
+    if not caps:
+        return
+    summary.max_files = max(caps)
+    subfolders = [p for p in root.iterdir()
+                  if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
+    for folder in [root, *subfolders]:
+        count = folder / COUNT_FILE
+        if count.is_file() and not count.is_symlink():
+            summary.unlogged_processes += max(0, count.stat().st_size - summary.max_files)
 
 
 def _take(rec: dict[str, Any], path: Path, procs: dict[tuple[str, int], ProcessLog],
@@ -204,7 +234,8 @@ def _take(rec: dict[str, Any], path: Path, procs: dict[tuple[str, int], ProcessL
     kind = rec["kind"]
     if kind == "VERIFY":
         proc.verified = True
-        for key in ("ppid", "forked_from", "python", "log_error", "chained_sitecustomize"):
+        for key in ("ppid", "forked_from", "python", "log_error", "chained_sitecustomize",
+                    "max_files"):
             setattr(proc, key, rec.get(key))
         proc.argv = list(rec.get("argv") or [])
         proc.env = dict(rec.get("env") or {})

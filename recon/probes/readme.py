@@ -56,8 +56,10 @@ changes: same image, same command line.
 Per process and target: {sampling}; each process writes its own
 `probe-<pid>-<start time>.jsonl` (at most {spec.max_bytes} bytes) in {code_span(spec.log_dir)},
 starting with a `VERIFY` record (pid, argv, Python, environment variables
-{', '.join(spec.env) or '(none requested)'}, target status). A process with no
-file never loaded the bundle. Nothing is ever written to stderr: if the log
+{', '.join(spec.env) or '(none requested)'}, target status); a forked process, with its
+first record. A started process with no file never loaded the bundle, unless the
+folder already held {spec.max_files} files (the cap: `recon probe read` counts the
+processes past it). Nothing is ever written to stderr: if the log
 directory is not writable (or fills up), records are dropped. The files here
 are readable by any user (0644): the engine may run unprivileged.
 """

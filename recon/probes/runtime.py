@@ -15,7 +15,10 @@ The bundle's ``sitecustomize.py`` imports this file (copied into the bundle as
   annotations, decorators and ``inspect`` answers, stays as it was, and no
   frame is added: tracebacks, ``sys._getframe``, ``warnings`` stack levels and
   the usable recursion depth are unchanged. The hooks are reached through one
-  name in ``builtins`` (``__recon_probe__``) so no module namespace changes;
+  name in ``builtins`` (``__recon_probe__``, set when the runtime starts) so no
+  module namespace changes; where that name does not resolve (the code sent by
+  value, cloudpickle or marshal, into a process without the runtime, or rebuilt
+  with other builtins) the prologue does nothing and the body runs as its own;
 * what cannot be instrumented that way (builtins, C functions, code whose
   source is missing or no longer matches) is left alone with a ``VERIFY``
   note, never wrapped;
@@ -27,11 +30,20 @@ The bundle's ``sitecustomize.py`` imports this file (copied into the bundle as
   ``torch.compile`` tracing the prologue folds to nothing; while a CUDA graph
   is captured only metadata is logged;
 * one JSONL file per process, opened by the runtime on a high descriptor
-  (``O_APPEND | O_CLOEXEC``), its identity re-checked with ``fstat`` before
-  every write so a host that closed it and reused the number is never written
-  into; one unbuffered ``os.write`` per record. Nothing is ever written to
-  stderr: when the log folder cannot be written, records are dropped and
-  counted.
+  (``O_APPEND | O_CLOEXEC``, near the top of the soft ``RLIMIT_NOFILE``), its
+  identity re-checked with ``fstat`` before every write so a host that closed
+  it and reused the number is never written into; one unbuffered ``os.write``
+  per record. A forked child opens its file with its first record (a fork that
+  logs nothing leaves nothing), and a folder holds at most ``max_files`` files
+  (its ``probe-files.count`` gets one byte per process; those past the cap log
+  nothing). Nothing is ever written to stderr: when the log folder cannot be
+  written, records are dropped and counted;
+* nothing a host's audit hook or ``builtins.__import__`` wrapper could see, where
+  it can be helped: every import happens while the runtime loads (before host
+  code), calls raise no audit event (frames are reached through ``f_back``, not
+  ``sys._getframe``; no ``id()``, no ``f_code``). What remains (patching a module
+  imported after the host's hook, a forked child opening its file) is counted in
+  docs/guide.md.
 
 What a host can still observe, per Python version, is listed in docs/guide.md
 ("What the probes change in the engine, and what they do not"), and measured by
@@ -42,9 +54,16 @@ after start), ``call``, ``error`` (a swallowed error), ``cap`` / ``disabled``
 (the runtime stopped logging) and ``EXIT`` (call counts, targets never fired).
 """
 
+# Everything the runtime uses is imported here, while it loads and before any host
+# code runs: an import made later is one a host's __import__ wrapper or audit hook sees.
+import __future__
+
+import _ast
+import fcntl
 import itertools
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -62,7 +81,13 @@ _now = time.time
 _perf = time.perf_counter
 _ident = threading.get_ident
 _getpid = os.getpid
-_getframe = sys._getframe
+_getframe = sys._getframe  # audited (sys._getframe): only a fallback, see _probed_frame
+_frame_key = object.__hash__  # unique among live frames, like id() (which is audited)
+_FunctionType = type(lambda: None)  # types.FunctionType, without importing types
+# Held by the import system while a module is imported (importlib.util.find_spec does
+# not take it): how the finder tells an import from a look-up, with no frame to read.
+_module_locks = getattr(sys.modules.get("_frozen_importlib"), "_module_locks", None)
+COUNT_FILE = "probe-files.count"  # one byte per process that claimed a log file
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
 _CO_ASYNC_GENERATOR = 0x200
 _MISSING = object()
@@ -144,6 +169,11 @@ class _State:
         self.path = None
         self.written = 0
         self.max_bytes = 64 << 20
+        self.max_files = 256  # log files per folder, over every process of the bundle
+        self.file_number = None  # this process's place under max_files
+        self.log_state = "pending"  # "open" once this process tried to open its file
+        self.forked_from = None
+        self.inherited = None  # (descriptor, identity) of the parent's log, in a fork
         self.capped = False
         self.dropped = 0
         self.errors = 0
@@ -151,11 +181,10 @@ class _State:
         self.pid = _getpid()
         self.lock = threading.Lock()
         self.tls = _Local()
-        self.calls = {}  # id(frame) -> state of a logged call in flight
+        self.calls = {}  # frame's hash (its address) -> state of a logged call in flight
         self.exited_pid = None
         self.chained = None
         self.torch_cuda = None
-        self.hooked = False
         self.trees = {}  # file -> parsed module, while one module's targets are patched
 
 
@@ -163,16 +192,22 @@ _S = _State()
 
 
 # -- writing -------------------------------------------------------------------
+def _fd_floor():
+    """Where the runtime keeps its descriptor: the top of the soft limit (below 1024),
+    which a host that takes its numbers from 3 upwards reaches last."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    top = 1024 if soft < 0 or soft > 1024 else soft
+    return max(3, top - (64 if top >= 256 else 8))
+
+
 def _high_fd(fd):
     """Move ``fd`` to a high number so the host's own descriptors keep their numbers."""
     try:
-        import fcntl
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        floor = 3 if soft < 256 else min(soft - 64, 960)
+        floor = _fd_floor()
+        if fd >= floor:
+            return fd
         new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
-    except Exception:
+    except Exception:  # no number free up there: a low one is better than no log
         return fd
     os.close(fd)
     return new
@@ -185,12 +220,39 @@ def _own(fd):
     _S.fd, _S.fd_id = fd, (st.st_dev, st.st_ino)
 
 
+def _claim():
+    """This process's number among those that opened a log in the folder: one byte
+    appended to its count file (``O_APPEND`` makes the offset after it ours alone)."""
+    path = os.path.join(_S.log_dir, COUNT_FILE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(_S.log_dir, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        if _write(fd, b"\n") != 1:
+            return None
+        return os.lseek(fd, 0, os.SEEK_CUR)
+    finally:
+        os.close(fd)
+
+
 def _open_log():
-    """Create this process's own JSONL file; on failure log nothing (never stderr)."""
+    """Create this process's own JSONL file, unless the folder already holds the
+    bundle's cap of files; returns why there is none (never raises, never stderr)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{int(_now() * 1e6) % 1000000:06d}"
     _S.written, _S.capped, _S.fd, _S.fd_id, _S.path = 0, False, -1, None, None
+    _S.log_state = "open"
+    _close_inherited()
     try:
-        os.makedirs(_S.log_dir, exist_ok=True)
+        _S.file_number = _claim()
+    except OSError:  # another user's count file: logged uncounted; no folder: fails below
+        _S.file_number = None
+    if _S.file_number is not None and _S.file_number > _S.max_files:
+        _S.enabled = False  # no record is built for a file that does not exist
+        return f"over the cap of {_S.max_files} log files in the folder: nothing logged"
+    try:
         path = os.path.join(_S.log_dir, f"probe-{_S.pid}-{stamp}.jsonl")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         _own(os.open(path, flags, 0o644))
@@ -198,6 +260,27 @@ def _open_log():
         return None
     except Exception as exc:  # read-only mount, missing volume, disk full
         return _exc_text(exc)
+
+
+def _close_inherited():
+    """Close the parent's log descriptor a forked child inherited, if it still is that
+    file: the child's own then takes the same number, and it holds one, like its parent."""
+    inherited, _S.inherited = _S.inherited, None
+    if inherited is not None:
+        try:
+            st = _fstat(inherited[0])
+            if (st.st_dev, st.st_ino) == inherited[1]:
+                os.close(inherited[0])
+        except OSError:
+            pass
+
+
+def _start_log():
+    """The first record of a process (the caller holds the lock): open its file, lead
+    with its VERIFY record. A forked child gets here at its first record only, so a
+    fork that logs nothing opens nothing and takes no place under the cap."""
+    error = _open_log()
+    _write_all(_encode(_verify_record(log_error=error)))
 
 
 def _log_fd():
@@ -223,15 +306,21 @@ def _log_fd():
     return _S.fd
 
 
+def _encode(rec):
+    return (_dumps(rec, default=_json_default, separators=(",", ":")) + "\n").encode(
+        "utf-8", "replace")
+
+
 def _emit(rec):
     """Write one record as one line; never raises. Runs with the re-entrancy flag set,
     so a probed function it uses (``json.dumps``...) passes straight through."""
     tls = _S.tls
     was, tls.busy = tls.busy, True
     try:
-        data = (_dumps(rec, default=_json_default, separators=(",", ":")) + "\n").encode(
-            "utf-8", "replace")
+        data = _encode(rec)
         with _S.lock:
+            if _S.log_state == "pending":
+                _start_log()
             final = rec.get("kind") == "EXIT"
             if _S.capped and not final:
                 _S.dropped += 1
@@ -473,6 +562,37 @@ def _gate(k):
         raise
 
 
+def _frame_source():
+    """A generator that yields the frame of the probed function whose hook asked.
+
+    While it runs, its own frame's ``f_back`` is :func:`_probed_frame`, then the hook
+    (``enter``, ``ret`` or ``exc``), then the probed function. ``f_back`` raises no audit
+    event where ``sys._getframe`` raises one per call; the generator's frame is read
+    once, while the runtime loads, before any host code. Nothing is kept between
+    calls (the yielded frame is not a local).
+    """
+    while True:
+        try:
+            yield _FRAMES[1].f_back.f_back.f_back
+        except Exception:
+            yield None
+
+
+_FRAMES = [_frame_source()]
+_FRAMES.append(_FRAMES[0].gi_frame)
+_next_frame = _FRAMES[0].__next__
+
+
+def _probed_frame():
+    """The frame of the probed function that called the hook calling this. Another
+    thread running the generator at this moment gets ``sys._getframe`` instead."""
+    try:
+        frame = _next_frame()
+    except Exception:  # ValueError: generator already executing (another thread)
+        frame = None
+    return frame if frame is not None else _getframe(2)
+
+
 def _enter(k):
     """A logged call begins: build its record from the frame's own arguments.
 
@@ -485,7 +605,7 @@ def _enter(k):
     try:
         if mine is not None:
             if mine[0] == _ident():
-                _begin(k, mine[1], _getframe(1))
+                _begin(k, mine[1], _probed_frame())
             else:
                 verdict.d = mine  # another thread's verdict: that thread takes it
     except Exception:
@@ -505,7 +625,7 @@ def _begin(k, n, frame):
     t = None
     try:
         t = _S.targets[k]
-        _S.calls[id(frame)] = _open_call(t, n, frame)
+        _S.calls[_frame_key(frame)] = _open_call(t, n, frame)
     except Exception as exc:
         _swallow("enter", t, exc)
     finally:
@@ -515,7 +635,7 @@ def _begin(k, n, frame):
 def _ret(k, value):
     """``return value`` of a logged call: finish its record; hands ``value`` back."""
     try:
-        _end(k, _getframe(1), value, None)
+        _end(k, _probed_frame(), value, None)
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
@@ -527,7 +647,7 @@ def _ret(k, value):
 def _exc(k):
     """A logged call raises: finish its record with the exception (re-raised after)."""
     try:
-        _end(k, _getframe(1), None, sys.exc_info()[1])
+        _end(k, _probed_frame(), None, sys.exc_info()[1])
     except Exception:
         pass
     except BaseException as exc:  # a signal handler's: raise it as if from the caller
@@ -543,7 +663,7 @@ def _end(k, frame, value, exc):
     r.busy = True
     t = None
     try:
-        state = _S.calls.pop(id(frame), None)
+        state = _S.calls.pop(_frame_key(frame), None)
         if state is not None:
             t = _S.targets[k]
             _close_call(t, state, value, exc)
@@ -601,7 +721,7 @@ def _arguments(frame):
     """
     loc = frame.f_locals
     ns = dict(loc)
-    if type(loc) is dict and frame.f_code.co_flags & 0x01:  # CO_OPTIMIZED: a function
+    if type(loc) is dict and loc is not frame.f_globals:  # a function's (f_code is audited)
         loc.clear()
     return ns
 
@@ -636,6 +756,88 @@ def _close_call(t, state, result, exc):
 # -- instrumenting a code object in place ---------------------------------------
 class _Refuse(Exception):
     """The target is left alone; the message goes to the VERIFY record."""
+
+
+def _children(node):
+    """``ast.iter_child_nodes``."""
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, _ast.AST):
+            yield value
+        elif type(value) is list:
+            for item in value:
+                if isinstance(item, _ast.AST):
+                    yield item
+
+
+def _walk(node):
+    """``ast.walk``: ``node`` and every node below it."""
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        todo.extend(_children(node))
+        yield node
+
+
+def _copy_location(new, old):
+    """``ast.copy_location``."""
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        if attr in old._attributes and attr in new._attributes:
+            value = getattr(old, attr, None)
+            if value is not None or (hasattr(old, attr) and attr.startswith("end_")):
+                setattr(new, attr, value)
+    return new
+
+
+def _fix_locations(node, where=(1, 0, 1, 0)):
+    """``ast.fix_missing_locations``: a node without a position takes its parent's."""
+    here = list(where)
+    for i, attr in enumerate(("lineno", "col_offset", "end_lineno", "end_col_offset")):
+        if attr not in node._attributes:
+            continue
+        missing = getattr(node, attr, None) is None if i >= 2 else not hasattr(node, attr)
+        if missing:
+            setattr(node, attr, here[i])
+        else:
+            here[i] = getattr(node, attr)
+    for child in _children(node):
+        _fix_locations(child, here)
+    return node
+
+
+def _clone(value, deep=True):
+    """A copy of an AST node (or list of them), deep by default: ``copy.deepcopy``
+    without its memo (the memo's ``id()`` calls are audit events)."""
+    if type(value) is list:
+        return [_clone(v, deep) for v in value]
+    if not isinstance(value, _ast.AST):
+        return value
+    fields = {f: getattr(value, f) for f in value._fields if hasattr(value, f)}
+    if deep:
+        fields = {f: _clone(v) for f, v in fields.items()}
+    new = type(value)(**fields)
+    for attr in value._attributes:
+        if hasattr(value, attr):
+            setattr(new, attr, getattr(value, attr))
+    return new
+
+
+class _AstKit:
+    """The part of the ``ast`` module the runtime uses: the node classes of ``_ast``
+    (built into the interpreter) and the helpers above. Importing ``ast.py`` when a
+    target's module loads would be an import the host's ``__import__`` and audit hooks
+    see; importing it with the runtime would cost every process its start-up time."""
+
+    def __init__(self):
+        self.__dict__.update((k, v) for k, v in vars(_ast).items() if not k.startswith("__"))
+        self.iter_child_nodes, self.walk = _children, _walk
+        self.copy_location, self.fix_missing_locations = _copy_location, _fix_locations
+
+    def parse(self, source, filename):
+        return compile(source, filename, "exec", _ast.PyCF_ONLY_AST)
+
+
+_AST = _AstKit()
 
 
 def _source(fn, code):
@@ -724,8 +926,6 @@ def _compile_def(ast, fdef, path, code, imports):
 
 
 def _future_flags(flags):
-    import __future__
-
     mask = 0
     for name in __future__.all_feature_names:
         mask |= getattr(__future__, name).compiler_flag
@@ -752,12 +952,10 @@ def _same_code(a, b):
     return True
 
 
-def _instrument(fn, k):
-    """A code object for ``fn`` that behaves exactly like its own, plus the probe prologue."""
-    import ast
-    import copy
-
-    code = fn.__code__
+def _instrument(fn, code, k):
+    """A code object for ``fn`` (whose code is ``code``: each read of ``__code__`` is an
+    audit event) that behaves exactly like its own, plus the probe prologue."""
+    ast = _AST
     if getattr(fn, "__builtins__", None) is not _builtins_dict():
         raise _Refuse("its module runs with its own builtins")
     tree = _S.trees.get(code.co_filename)
@@ -767,11 +965,12 @@ def _instrument(fn, k):
     imports = _module_imports(ast, tree)
     if not _same_code(_compile_def(ast, fdef, path, code, imports), code):
         raise _Refuse("its source no longer compiles to the loaded code (edited since import?)")
-    new = copy.copy(fdef)
-    new.body = _probed_body(ast, copy, fdef.body, k, code.co_flags & _CO_ASYNC_GENERATOR)
+    new = _clone(fdef, deep=False)
+    new.body = _probed_body(ast, fdef.body, k, code.co_flags & _CO_ASYNC_GENERATOR)
     probed = _compile_def(ast, new, path, code, imports)
-    if hasattr(code, "co_qualname"):
-        probed = probed.replace(co_qualname=code.co_qualname)
+    qualname = getattr(code, "co_qualname", None)  # 3.11+; differs for a closure's skeleton
+    if qualname is not None and probed.co_qualname != qualname:
+        probed = probed.replace(co_qualname=qualname)  # a code.__new__ audit event
     return probed
 
 
@@ -792,16 +991,16 @@ def _builtins_dict():
     return sys.modules["builtins"].__dict__
 
 
-def _probed_body(ast, copy, body, k, async_gen):
-    """``[docstring] globals; try: gate(k) except RecursionError: pass;
-    if <logged>: enter(k); try: <copy, returns through ret> except BaseException: exc(k); raise
+def _probed_body(ast, body, k, async_gen):
+    """``[docstring] globals; <prologue: gate(k), and when the call is logged: enter(k);
+    try: <copy, returns through ret> except BaseException: exc(k); raise>
     <original body>``, every new node on the first statement's line."""
     doc = body[:1] if (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                        and type(body[0].value.value) is str) else []
     body = body[len(doc):] or [ast.Pass()]
     decls = []
     original = _hoist_decls(ast, body, decls)
-    twin = _hoist_decls(ast, copy.deepcopy(body), [])
+    twin = _hoist_decls(ast, _clone(body), [])
     where = body[0]
 
     def hook(attr=None):
@@ -817,18 +1016,42 @@ def _probed_body(ast, copy, body, k, async_gen):
             if async_gen else [ast.Return(call(hook("ret"), k_node, ast.Constant(None)))])
     logged = ast.Try(body=twin + tail, orelse=[], finalbody=[], handlers=[ast.ExceptHandler(
         type=hook("BE"), name=None, body=[ast.Expr(call(hook("exc"), k_node)), ast.Raise()])])
-    prologue = [
-        ast.Try(body=[ast.Expr(call(hook(), k_node))], orelse=[], finalbody=[],
-                handlers=[ast.ExceptHandler(type=hook("RE"), name=None, body=[ast.Pass()])]),
-        ast.If(test=ast.Compare(ast.Attribute(hook("r"), "d", ast.Load()), [ast.IsNot()],
-                                [ast.Constant(None)]),
-               body=[ast.Expr(call(hook("enter"), k_node)), logged], orelse=[]),
-    ]
+    prologue = [_prologue(ast, hook, call(hook(), k_node), ast.If(
+        test=ast.Compare(ast.Attribute(hook("r"), "d", ast.Load()), [ast.IsNot()],
+                         [ast.Constant(None)]),
+        body=[ast.Expr(call(hook("enter"), k_node)), logged], orelse=[]))]
     for node in decls + prologue:
         for sub in ast.walk(node):
             if "lineno" in sub._attributes and not hasattr(sub, "lineno"):
                 ast.copy_location(sub, where)
     return doc + decls + prologue + original
+
+
+def _prologue(ast, hook, gate, if_logged):
+    """The gate's call, run so that the function behaves as its own body wherever it
+    runs, even where ``__recon_probe__`` does not resolve (a function sent by value,
+    cloudpickle or marshal, to a process without the runtime; one rebuilt with other
+    builtins): ``try: gate except: <swallowed when the hook is missing, or when it is a
+    RecursionError of the gate's call itself; anything else (a signal handler's) is
+    re-raised> else: if_logged``. No name but the hook's is looked up (a bare
+    ``except`` and a bare ``raise``), and nothing is called in the handler, which may
+    run at the recursion limit::
+
+        try: __recon_probe__(k)
+        except:
+            try: __recon_probe__.RE
+            except: pass
+            else:
+                try: raise
+                except __recon_probe__.RE: pass
+        else: <if_logged>
+    """
+    reraise = ast.Try(body=[ast.Raise()], orelse=[], finalbody=[], handlers=[
+        ast.ExceptHandler(type=hook("RE"), name=None, body=[ast.Pass()])])
+    handler = ast.Try(body=[ast.Expr(hook("RE"))], orelse=[reraise], finalbody=[], handlers=[
+        ast.ExceptHandler(type=None, name=None, body=[ast.Pass()])])
+    return ast.Try(body=[ast.Expr(gate)], orelse=[if_logged], finalbody=[], handlers=[
+        ast.ExceptHandler(type=None, name=None, body=[handler])])
 
 
 def _own_scope(ast, node):
@@ -894,8 +1117,6 @@ def _lookup(owner, name):
 
 def _unwrap(raw):
     """The plain function behind a class attribute or decorator chain (``__wrapped__``)."""
-    import types
-
     tp = type(raw)
     for kind in (staticmethod, classmethod):
         if issubclass(tp, kind):
@@ -910,13 +1131,13 @@ def _unwrap(raw):
         # Only through wrappers that call the inner function as Python code: a Python
         # function (functools.wraps) or functools' C lru_cache. A compiler's dispatcher
         # (numba, torch.jit) that also sets __wrapped__ would compile our prologue.
-        if type(raw) is not types.FunctionType and _tname(type(raw)) != "_lru_cache_wrapper":
+        if type(raw) is not _FunctionType and _tname(type(raw)) != "_lru_cache_wrapper":
             break
         inner = _namespace(raw).get("__wrapped__", _MISSING)
         if inner is _MISSING:
             break
         raw = inner
-    if type(raw) is not types.FunctionType:
+    if type(raw) is not _FunctionType:
         raise _Refuse(f"a {_tname(type(raw))}, not a Python function: left alone (a Python "
                       "wrapper would change its identity and how it binds)")
     return raw
@@ -941,7 +1162,7 @@ def _patch(t, k):
         code = fn.__code__
         if HOOK in code.co_names:  # a second name for a function instrumented already
             return "skipped: the same function as another target (its calls log there)"
-        new = _instrument(fn, k)
+        new = _instrument(fn, code, k)
     except _Refuse as why:
         return "skipped: " + str(why)
     t.globals = fn.__globals__
@@ -950,9 +1171,6 @@ def _patch(t, k):
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
     t.params = list(code.co_varnames[:n])
     t.first, t.every = int(_S.spec.get("first", 10)), int(_S.spec.get("every", 0))
-    if not _S.hooked:
-        _builtins_dict()[HOOK] = _hooks()
-        _S.hooked = True
     fn.__code__ = new
     return "patched"
 
@@ -1028,9 +1246,13 @@ class _Loader:
         _on_loaded(spec.name)
 
 
-def _importing():
+def _importing(name):
     """True when the import statement (or ``import_module``) asks, not
-    ``importlib.util.find_spec``: a spec the host only looks at keeps its own loader."""
+    ``importlib.util.find_spec``: a spec the host only looks at keeps its own loader.
+    The import system holds the module's lock while it looks (``_module_locks``);
+    without that table, the caller's frame tells (``sys._getframe``: an audit event)."""
+    if type(_module_locks) is dict:
+        return name in _module_locks
     try:
         return _getframe(3).f_code.co_name == "_find_and_load_unlocked"
     except Exception:
@@ -1042,7 +1264,7 @@ class _Finder:
     with its loader stood in for (see :class:`_Loader`); ``None`` for everything else."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _S.watched or _S.tls.busy or not _importing():
+        if name not in _S.watched or _S.tls.busy or not _importing(name):
             return None
         tls = _S.tls
         tls.busy = True
@@ -1065,15 +1287,16 @@ class _Finder:
 
 
 # -- process life --------------------------------------------------------------
-def _verify_record(forked_from=None, log_error=None):
+def _verify_record(log_error=None):
     env = {k: os.environ.get(k) for k in _S.spec.get("env") or ()}
     return {"kind": "VERIFY", "t": _now(), "pid": _S.pid, "ppid": os.getppid(),
-            "forked_from": forked_from, "argv": list(getattr(sys, "orig_argv", sys.argv)),
+            "forked_from": _S.forked_from, "argv": list(getattr(sys, "orig_argv", sys.argv)),
             "python": sys.version.split()[0], "executable": sys.executable,
             "runtime": RUNTIME_VERSION, "bundle": _S.bundle, "log": _S.path,
             "log_error": log_error, "env": env, "chained_sitecustomize": _S.chained,
             "targets": {t.qualname: t.status for t in _S.targets},
-            "errors_so_far": _S.errors}
+            "errors_so_far": _S.errors, "max_files": _S.max_files,
+            "file_number": _S.file_number}
 
 
 def _exit():
@@ -1088,6 +1311,8 @@ def _exit():
         for t in _S.targets:
             text = repr(t.counter)  # "count(5)": reading a count without advancing it
             calls[t.qualname] = int(text[6:-1]) if text.startswith("count(") else None
+        if _S.log_state == "pending" and not any(calls.values()):
+            return  # a fork that never called a target: no file, no place under the cap
         _emit({"kind": "EXIT", "t": _now(), "pid": _S.pid, "calls": calls,
                "logged": {t.qualname: t.logged for t in _S.targets},
                "never_fired": [q for q, n in calls.items() if not n],
@@ -1100,20 +1325,23 @@ def _exit():
 
 
 def _after_fork():
-    """In a forked child: own lock, own file, own counters, own VERIFY record. The
-    error budget already spent is kept: a fork does not earn a new one."""
+    """In a forked child: own lock, own counters, and its own file and VERIFY record
+    from its first record on (:func:`_start_log`). The error budget already spent is
+    kept: a fork does not earn a new one."""
     tls = _S.tls
     try:
-        parent = _S.pid
+        _S.forked_from = _S.pid
         _S.pid, _S.lock = _getpid(), threading.Lock()
         tls.busy = True
-        _S.fd, _S.fd_id = -1, None  # the parent's descriptor: not ours to close or write
+        # The parent's descriptor: not ours to write; closed when this process opens its
+        # own, if it is still the parent's log then (a host may have reused the number).
+        _S.inherited = (_S.fd, _S.fd_id) if _S.fd >= 0 else None
+        _S.fd, _S.fd_id, _S.path, _S.file_number = -1, None, None, None
+        _S.log_state = "pending"
         for t in _S.targets:
             t.reset()
         _S.dropped = 0
         _S.enabled = _S.errors < _S.error_budget
-        error = _open_log()
-        _emit(_verify_record(forked_from=parent, log_error=error))
     except Exception:
         pass
     finally:
@@ -1148,8 +1376,9 @@ def install(bundle_dir, spec=None, chained=None):
         if not _selected(spec):
             return False
         _configure(bundle_dir, spec, chained)
-        error = _open_log()
         _S.enabled = True
+        error = _open_log()
+        _builtins_dict()[HOOK] = _hooks()  # before any patch, so code sent by value logs too
         _on_loaded(None)  # targets already imported (a .pth file, the image's sitecustomize)
         _emit(_verify_record(log_error=error))
         sys.meta_path.insert(0, _Finder())
@@ -1170,6 +1399,7 @@ def install(bundle_dir, spec=None, chained=None):
 def _configure(bundle_dir, spec, chained):
     _S.spec, _S.bundle, _S.chained = spec, bundle_dir, chained
     _S.max_bytes = int(spec.get("max_bytes", _S.max_bytes))
+    _S.max_files = int(spec.get("max_files", _S.max_files))
     _S.error_budget = int(spec.get("error_budget", _S.error_budget))
     _S.log_dir = (os.environ.get("RECON_PROBE_LOG_DIR") or spec.get("log_dir")
                   or "/tmp/recon-probe-logs")

@@ -80,8 +80,9 @@ class ProbeSpec:
 
     Sampling is per process and per target: the first ``first`` calls are
     logged, then every ``every``-th (0: none after the first). ``max_bytes``
-    caps each process's log file. ``only_argv`` / ``skip_argv`` are regular
-    expressions over the full command line that pick the processes to probe.
+    caps each process's log file, ``max_files`` the number of log files in the
+    folder. ``only_argv`` / ``skip_argv`` are regular expressions over the full
+    command line that pick the processes to probe.
     """
 
     targets: list[TargetSpec]
@@ -89,6 +90,7 @@ class ProbeSpec:
     first: int = 10
     every: int = 0
     max_bytes: int = 64 << 20
+    max_files: int = 256
     log_dir: str = DEFAULT_LOG_DIR
     only_argv: str | None = None
     skip_argv: str | None = None
@@ -111,6 +113,8 @@ class ProbeSpec:
                 raise ReconError(f"--{name.replace('_', '-')} must not be negative")
         if self.max_bytes < 16 << 10:
             raise ReconError("--max-bytes must be at least 16384 (the EXIT record needs room)")
+        if self.max_files < 1:
+            raise ReconError("--max-files must be at least 1")
         for name in ("only_argv", "skip_argv"):
             pattern = getattr(self, name)
             if pattern:

@@ -683,8 +683,8 @@ if pid == 0:
 os.waitpid(pid, 0)
 print("ok")
 """, ["eng:total"], expect(errors=None, check=lambda r: len(of(r, "error")) == 3
-                           and len(of(r, "VERIFY")) == 2),
-     options={"first": 100, "error_budget": 3, "exprs": ["bad=xs[99]"]})
+                           and len(of(r, "VERIFY")) == 1),  # the child, switched off, writes
+     options={"first": 100, "error_budget": 3, "exprs": ["bad=xs[99]"]})  # nothing (issue 36)
 host("unprivileged_user", "import eng\nprint(eng.total([1, 2]))\n", ["eng:total"],
      expect(counts={"eng:total": 1}), mode="nobody")
 host("isolated_mode_not_probed", "import sys\nsys.path.insert(0, '.')\nimport eng\n"
