@@ -25,9 +25,8 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 import cloudpickle  # noqa: F401 - the host library the by-value cases use (test extra)
+import pytest
 
 PY = sys.executable
 
