@@ -62,21 +62,29 @@ def prune_cmd(
 ) -> None:
     """Remove cached entries (one wheel, one environment, one snapshot) not changed for DAYS.
 
-    Run it while no other recon uses the cache: an environment or snapshot in use goes too.
+    A snapshot another recon process is reading, and a folder being written, stay (listed
+    as in use). An engine-mode environment in use by a running server is not tracked:
+    prune those while no engine-mode recon runs.
     """
-    from ..cache import human, prune
+    from ..cache import Entry, human, prune
 
-    gone = prune(older_than_days=older_than, kinds=kind or None, dry_run=dry_run)
+    in_use: list[tuple[str, Entry]] = []
+    gone = prune(older_than_days=older_than, kinds=kind or None, dry_run=dry_run,
+                 in_use=in_use)
     freed = sum(e.bytes for _, e in gone)
     if as_json:
         emit_json({"dry_run": dry_run, "bytes": freed,
                    "entries": [{"kind": k, "name": e.name, "bytes": e.bytes,
-                                "modified": e.modified} for k, e in gone]})
+                                "modified": e.modified} for k, e in gone],
+                   "in_use": [{"kind": k, "name": e.name, "bytes": e.bytes} for k, e in in_use]})
         return
     verb = "would remove" if dry_run else "removed"
     for k, e in gone:
         console.print(f"{verb} {k}/{e.name} ({human(e.bytes)}, changed {_when(e.modified)})",
                       soft_wrap=True, highlight=False)
+    for k, e in in_use:
+        console.print(f"kept {k}/{e.name} ({human(e.bytes)}): in use by a running recon",
+                      soft_wrap=True, highlight=False, markup=False)
     console.print(f"{verb} {len(gone)} entr{'y' if len(gone) == 1 else 'ies'}, {human(freed)}",
                   highlight=False)
 

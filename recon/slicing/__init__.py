@@ -16,11 +16,12 @@ recording stubs for everything outside the package::
 
 from __future__ import annotations
 
+from .modules import SliceFailed
 from .result import Mutation, PieceRun, RunError, RunFailed, RunResult, StubTouch
 from .runner import Call, Py, load_config, run_calls, run_function
 from .slicer import Slice, build_slice
 
 __all__ = [
     "Call", "Mutation", "PieceRun", "Py", "RunError", "RunFailed", "RunResult", "Slice",
-    "StubTouch", "build_slice", "load_config", "run_calls", "run_function",
+    "SliceFailed", "StubTouch", "build_slice", "load_config", "run_calls", "run_function",
 ]

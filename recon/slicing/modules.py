@@ -19,6 +19,15 @@ _CACHE: dict[tuple[str, int, int], ModuleModel] = {}
 _CACHE_MAX = 512
 
 
+class SliceFailed(ReconError):
+    """recon could not slice the release's code: a module the slice needs is one recon cannot
+    parse (syntax of a newer Python, a damaged file) or is over the cap on what the slicer
+    parses. Neither bad input (exit 2) nor the code under test failing (exit 4): recon's own
+    limit, exit 8."""
+
+    exit_code = 8
+
+
 class ModuleSet:
     """The Python modules of one snapshot, parsed on demand."""
 
@@ -52,9 +61,9 @@ class ModuleSet:
             self.parse_errors[module] = str(err)
             return None
         if st.st_size > MAX_MODULE_BYTES:
-            raise ReconError(f"{rel} is {st.st_size / (1 << 20):.1f} MiB, over the "
-                             f"{MAX_MODULE_BYTES >> 20} MiB cap on a module the slicer parses; "
-                             "refusing to parse it")
+            raise SliceFailed(f"{rel} is {st.st_size / (1 << 20):.1f} MiB, over the "
+                              f"{MAX_MODULE_BYTES >> 20} MiB cap on a module the slicer parses; "
+                              "refusing to parse it")
         key = (str(path), st.st_size, st.st_mtime_ns)
         model = _CACHE.get(key)
         if model is None:
@@ -74,7 +83,8 @@ class ModuleSet:
         if model is not None:
             return model
         if module in self.parse_errors:
-            raise ReconError(f"cannot parse {module}: {self.parse_errors[module]}")
+            raise SliceFailed(f"cannot parse {module} ({self.names[module][0]}) to slice it: "
+                              f"{self.parse_errors[module]}")
         close = difflib.get_close_matches(module, list(self._names), n=3, cutoff=0.6)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ReconError(f"no module {module!r} in snapshot {self.snapshot.name}{hint}")

@@ -22,6 +22,15 @@ ctime is part of the key because a copy that restores mtimes (``cp -p``,
 tick), so a file changed in the same tick as the walk could go unseen; a
 walk that sees such a recent stamp waits a tick and walks again (see
 :data:`SETTLE_NS`).
+
+Many recon processes share one cache (two terminals, a notebook beside a CLI,
+CI beside a user), so a cached snapshot is immutable: its folder is named by
+its key, is published by one rename of a finished staging folder, and is
+never replaced; a changed source gets a new folder beside it. Whoever loses a
+race to publish the same key reads the winner's folder. Every snapshot
+:func:`ensure_snapshot` returns holds a shared lock on its folder while the
+object lives (:mod:`recon.snapshots.lock`), and ``recon cache prune`` removes
+only folders nobody holds.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from typing import Any
 from ..acquire.sources import SCHEMES, split_ref
 from ..errors import ReconError
 from ..paths import cache_dir
+from .lock import hold, open_held
 from .model import MANIFEST, Snapshot
 from .take import take_snapshot
 
@@ -178,6 +188,9 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
     """A snapshot for ``ref``: an existing snapshot (path, or name under ``snapshots/`` or the
     cache), or any SOURCE, snapshotted once into ``<recon cache>/snapshots`` and reused while its
     :func:`freshness` key is unchanged. ``kwargs`` go to ``take_snapshot`` and are part of the key.
+
+    The snapshot returned is held (a shared lock on its folder) for as long as the object
+    lives: no other recon replaces or prunes it meanwhile (module docstring).
     """
     text = str(ref)
     scheme, sep, rest = text.partition(":")
@@ -191,15 +204,32 @@ def ensure_snapshot(ref: str | Path, **kwargs: Any) -> Snapshot:
             raise
         return _offline_registry(base, text, err)
     name = cache_name(fresh, kwargs)
-    dest = base / name
-    if fresh.key is not None and (dest / MANIFEST).is_file():
-        return Snapshot.open(dest)
-    return take_snapshot(fresh.source, name=name, out=base, force=True, **kwargs)
+    if fresh.key is not None:
+        cached = _cached(base / name)
+        if cached is not None:
+            return cached
+    return take_snapshot(fresh.source, name=name, out=base, publish=True, **kwargs)
+
+
+def _cached(dest: Path, tries: int = 3) -> Snapshot | None:
+    """The finished snapshot at ``dest``, held; None when there is none (or none recon can
+    open: it is then taken again, and replaced once nobody holds it)."""
+    for _ in range(tries):  # a prune may remove it between the look and the lock
+        if not (dest / MANIFEST).is_file():
+            return None
+        try:
+            snap = open_held(dest)
+        except ReconError:
+            return None
+        if snap is not None:
+            return snap
+    return None
 
 
 def open_snapshot(ref: str) -> Snapshot:
-    """A snapshot by path or by name (``snapshots/`` first, then the cache: :meth:`Snapshot.open`)."""
-    return Snapshot.open(ref)
+    """A snapshot by path or by name (``snapshots/`` first, then the cache: :meth:`Snapshot.open`),
+    held while the object lives (:func:`recon.snapshots.lock.hold`)."""
+    return hold(Snapshot.open(ref))
 
 
 def _offline_registry(base: Path, text: str, err: ReconError) -> Snapshot:
@@ -211,7 +241,7 @@ def _offline_registry(base: Path, text: str, err: ReconError) -> Snapshot:
         raise err
     print(f"recon: warning: {err}; using the snapshot of {text} taken "
           f"{cached.manifest.created or '?'}", file=sys.stderr)
-    return cached
+    return hold(cached)
 
 
 def _newest_cached(base: Path, ref: str) -> Snapshot | None:

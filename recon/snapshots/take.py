@@ -4,7 +4,14 @@ The steps are deliberately plain: open the source (no engine start), squash
 its layers in one top-down pass into a staging folder, decide which copy of
 the package the image's Python imports, move that copy to ``src/``, write the
 manifest, and rename the staging folder into place. Any failure removes the
-staging folder, so a snapshot folder with a manifest is always complete.
+staging folder, so a snapshot folder with a manifest is always complete; an
+output folder this call created is removed again when the call is interrupted
+(Ctrl-C, SIGTERM) before a snapshot is in it.
+
+A folder in use is never replaced: ``force`` refuses while any recon process
+holds the old snapshot (:mod:`recon.snapshots.lock`), and ``publish`` (the
+snapshot cache) never replaces a finished snapshot at all: the first one
+published under a name stays, and a later taker reads that one.
 
 Everything after the squash happens through descriptors: the chosen copy is
 resolved with the image's own symlinks (never the host's), moved out of the
@@ -15,10 +22,12 @@ checked before anything is moved.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +68,7 @@ from ..acquire.writer import (
 )
 from ..errors import PackageNotFound, ReconError, UnsafeArchiveError
 from ..paths import snapshots_dir
+from . import lock
 from .manifest import TOOL, FileRecord, Manifest, PackageInfo, PythonInfo, SkippedRecord, now
 from .model import MANIFEST, Snapshot
 
@@ -112,7 +122,7 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
                   platform: str | None = None, limits: CaptureLimits | None = None,
                   force: bool = False, progress: ProgressFn | None = None,
                   docker_read: str = "site", engine_view: bool = False,
-                  reuse_same: bool = False) -> Snapshot:
+                  reuse_same: bool = False, publish: bool = False) -> Snapshot:
     """Snapshot ``source`` (``docker:``, ``docker-archive:``, ``oci:``, ``oci-archive:``,
     ``wheel:``, ``pip:``, ``dir:``) and return the opened :class:`Snapshot`.
 
@@ -127,40 +137,69 @@ def take_snapshot(source: str, *, name: str | None = None, out: str | Path | Non
     source with the same files (path, sha256), return it instead of refusing
     ("already exists"); a different one is still refused (``recon.snapshots.model``,
     so that a notebook cell can run twice).
+
+    ``publish`` (the snapshot cache, :func:`recon.snapshots.cache.ensure_snapshot`):
+    the destination is never replaced while it holds a snapshot; when another
+    process published one under this name first, that one is returned. The
+    result is held (:func:`recon.snapshots.lock.open_held`) from the moment it
+    is in place.
     """
     limits = limits or CaptureLimits()
     packages = [package] if package else list(DEFAULT_PACKAGES)
     if name is not None:
         check_name(name)
     base_dir = Path(out) if out else snapshots_dir()
-    os.close(open_output_folder(base_dir))
+    with _created_for(base_dir):
+        os.close(open_output_folder(base_dir))
 
-    def opened(engine_view: bool) -> Image:
-        return open_source(source, packages=packages, platform=platform,
-                           max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
-                           docker_read=docker_read, engine_view=engine_view,
-                           python=python, progress=progress)
+        def opened(engine_view: bool) -> Image:
+            return open_source(source, packages=packages, platform=platform,
+                               max_layer_size=limits.max_layer_size, max_ratio=limits.max_ratio,
+                               docker_read=docker_read, engine_view=engine_view,
+                               python=python, progress=progress)
 
-    def written(image: Image) -> Snapshot:
-        return _write(image, base_dir, name=name, packages=packages, package=package,
-                      python=python, include=include, all_files=all_files, limits=limits,
-                      progress=progress, force=force, reuse_same=reuse_same)
+        def written(image: Image) -> Snapshot:
+            return _write(image, base_dir, name=name, packages=packages, package=package,
+                          python=python, include=include, all_files=all_files, limits=limits,
+                          progress=progress, force=force, reuse_same=reuse_same,
+                          publish=publish)
 
+        try:
+            return written(opened(engine_view))
+        except InPlaceRefused as err:
+            if engine_view:
+                raise
+            # nothing of the first attempt is left: its staging folder went with the error
+            print(f"recon: {err}; reading through the engine's archive API instead",
+                  file=sys.stderr, flush=True)
+            return written(opened(True))
+
+
+@contextlib.contextmanager
+def _created_for(base_dir: Path) -> Iterator[None]:
+    """When the block is interrupted (Ctrl-C, SIGTERM), remove the folders of ``base_dir``
+    (itself and missing parents) that it created, while they are still empty. A refusal
+    leaves the output folder as it made it (empty: its staging folder is gone)."""
+    missing = []
+    for folder in [base_dir, *base_dir.parents]:
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
     try:
-        return written(opened(engine_view))
-    except InPlaceRefused as err:
-        if engine_view:
-            raise
-        # nothing of the first attempt is left: its staging folder went with the error
-        print(f"recon: {err}; reading through the engine's archive API instead",
-              file=sys.stderr, flush=True)
-        return written(opened(True))
+        yield
+    except (KeyboardInterrupt, SystemExit):
+        for folder in missing:  # deepest first
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty (another run's snapshot, a user's file), or gone
+                break
+        raise
 
 
 def _write(image: Image, base_dir: Path, *, name: str | None, packages: list[str],
            package: str | None, python: str | None, include: Iterable[str], all_files: bool,
            limits: CaptureLimits, progress: ProgressFn | None, force: bool,
-           reuse_same: bool) -> Snapshot:
+           reuse_same: bool, publish: bool) -> Snapshot:
     """Squash ``image`` into a staging folder under ``base_dir`` and commit it (closes it)."""
     try:
         # Stage in a scratch folder first: the final name depends on the version found.
@@ -179,10 +218,59 @@ def _write(image: Image, base_dir: Path, *, name: str | None, packages: list[str
             dest = base_dir / snap_name
             if reuse_same and not force and _same_snapshot(dest, manifest):
                 return Snapshot.open(dest)  # the staging folder goes with the context
-            commit(work, dest, replace=force)
+            if publish:
+                return _publish(work, wfd, dest)
+            _commit(work, dest, force)
     finally:
         image.close()
     return Snapshot.open(dest)
+
+
+def _commit(work: Path, dest: Path, force: bool) -> None:
+    """Rename the staging folder to ``dest``; with ``force`` replace a snapshot there, unless
+    a recon process holds it (:func:`recon.snapshots.lock.unheld`)."""
+    if not (force and os.path.lexists(dest)):
+        commit(work, dest, replace=force)
+        return
+    with lock.unheld(dest):
+        commit(work, dest, replace=True)
+
+
+def _publish(work: Path, wfd: int, dest: Path) -> Snapshot:
+    """Put a finished staging folder at ``dest`` unless a snapshot is already there; either
+    way return the snapshot at ``dest``, held.
+
+    The staging folder's own lock becomes the reader's shared lock before the
+    rename, so the new snapshot is held from the instant it has its name. A
+    folder at ``dest`` that no recon can open (an older format, damaged) is
+    replaced when no process holds it.
+    """
+    fcntl.flock(wfd, fcntl.LOCK_SH)
+    keep = os.dup(wfd)  # outlives the staging context, which closes wfd
+    try:
+        if not os.path.lexists(dest):
+            with contextlib.suppress(ReconError):  # lost the race: read the winner's below
+                commit(work, dest)
+                return lock.keep(Snapshot.open(dest), keep)
+        there = _open_held_or_none(dest)
+        if there is not None:
+            os.close(keep)
+            return there
+        with lock.unheld(dest):
+            commit(work, dest, replace=True)
+        return lock.keep(Snapshot.open(dest), keep)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(keep)
+        raise
+
+
+def _open_held_or_none(dest: Path) -> Snapshot | None:
+    """The snapshot at ``dest``, held; None when no snapshot recon can open is there."""
+    try:
+        return lock.open_held(dest)
+    except ReconError:
+        return None
 
 
 def _same_snapshot(dest: Path, manifest: Manifest) -> bool:

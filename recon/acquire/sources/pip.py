@@ -10,10 +10,13 @@ warning line says so, with pip's own error (``recon demo`` offline).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -22,6 +25,9 @@ from ...errors import ReconError
 from ...paths import cache_dir
 from .base import Image
 from .wheel import open_wheel
+
+if TYPE_CHECKING:
+    from ...progress import Task
 
 
 def wheels_dir() -> Path:
@@ -100,9 +106,49 @@ def fetch_wheel(spec: str) -> Path:
     return Path(found[-1])
 
 
-#: pip's "Downloading NAME (330.2 MB)" line: the size it is about to fetch
-_SIZE = re.compile(r"Downloading \S+ \((\d+(?:\.\d+)?) (kB|MB|GB)\)")
+#: pip's "Downloading NAME.whl (330.2 MB)" line: the size of the wheel it is about to fetch
+#: (not a ".whl.metadata" file pip may fetch first, nor a size in bytes too small to matter)
+_SIZE = re.compile(r"Downloading \S+\.whl \((\d+(?:\.\d+)?) (kB|MB|GB)\)")
 _UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+class _Meter:
+    """What the download line says, honestly: a total only once pip has said the wheel's
+    size, the bytes done never above it and never going back.
+
+    The bytes come from the largest file in pip's temporary folder (the wheel being
+    written; pip may copy it, or drop it once it is saved, so neither the sum nor the
+    current size of that folder is the download). pip rounds the size it prints, so
+    what is done is capped at the total until pip has finished.
+    """
+
+    def __init__(self, line: Task) -> None:
+        self.line = line
+        self.total: float | None = None
+        self.done = 0.0
+        self._lock = threading.Lock()
+
+    def said(self, text: str) -> None:
+        if m := _SIZE.search(text):
+            with self._lock:
+                self.total = float(m.group(1)) * _UNITS[m.group(2)]
+                self._show()
+
+    def saw(self, nbytes: float) -> None:
+        with self._lock:
+            self.done = max(self.done, float(nbytes))
+            self._show()
+
+    def finished(self) -> None:
+        """pip saved the wheel: done is the whole of it."""
+        with self._lock:
+            if self.total is not None:
+                self.done = max(self.done, self.total)
+            self._show()
+
+    def _show(self) -> None:
+        done = self.done if self.total is None else min(self.done, self.total)
+        self.line.update(completed=done, total=self.total)
 
 
 def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
@@ -110,12 +156,11 @@ def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
 
     pip draws its own bar only on a terminal it owns; here its output is read, so
     the total comes from its "Downloading NAME (SIZE)" line and the bytes so far
-    from the files growing in a temporary folder of recon's own, given as TMPDIR.
+    from the file growing in a temporary folder of recon's own, given as TMPDIR
+    (:class:`_Meter`).
     """
-    import os
     import shutil
     import tempfile
-    import threading
 
     from ... import progress
 
@@ -130,6 +175,7 @@ def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
                                  env=env) as proc:
             stdout, stderr = proc.stdout, proc.stderr
             assert stdout is not None and stderr is not None
+            meter = _Meter(line)
             err: list[str] = []
             reader = threading.Thread(target=lambda: err.append(stderr.read()), daemon=True)
             reader.start()
@@ -137,33 +183,32 @@ def _download(cmd: list[str], spec: str) -> subprocess.CompletedProcess[str]:
 
             def poll() -> None:
                 while not done.wait(0.25):
-                    line.update(completed=_tree_bytes(scratch))
+                    meter.saw(_largest_file(scratch))
 
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
             for text in stdout:
                 out.append(text)
-                if m := _SIZE.search(text):
-                    line.update(total=float(m.group(1)) * _UNITS[m.group(2)])
+                meter.said(text)
             proc.wait()
             done.set()
             reader.join()
             poller.join()
+            if proc.returncode == 0:
+                meter.finished()
         return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _tree_bytes(root: Path) -> int:
-    """Bytes of the regular files under ``root`` (files may vanish while pip works)."""
-    import os
-
-    total = 0
+def _largest_file(root: Path) -> int:
+    """Bytes of the largest regular file under ``root`` (files may vanish while pip works)."""
+    largest = 0
     for folder, _dirs, files in os.walk(root):
         for name in files:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
+                largest = max(largest, os.lstat(os.path.join(folder, name)).st_size)
+    return largest
 
 
 def open_pip(spec: str) -> Image:
