@@ -23,9 +23,13 @@ from typing import IO, Any
 from ..errors import ReconError
 from .models import ErrorReport, Event, LogLine, Observed, ServerLog
 from .patterns import BY_ID, match_line
+from .pyrepr import BoundExceeded
 from .quantities import QUANTITIES
 
 _SNIFF = 8192  # bytes looked at for NUL bytes before a file is read as a log
+#: The longest line recon reads, in bytes (characters for text): engines' longest lines (the
+#: argument and resolved-config lines) are tens of KiB; a longer one is refused, unread.
+MAX_LINE = 1 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Terminal commands a log can carry (window titles, hyperlinks: OSC ... BEL/ST), dropped like colours.
 _OSC = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
@@ -177,8 +181,23 @@ def _read_stream(fh: IO[bytes], name: str, engine: str | None) -> ServerLog:
     if b"\x00" in head:
         raise ReconError(f"{name} is not a text log: NUL byte at offset {head.index(0)} "
                          "(binary data; pass the engine's stdout/stderr log)")
-    lines = (raw.rstrip(b"\n").decode("utf-8", errors="replace") for raw in fh)
-    return parse_lines(lines, path=name, engine=engine)
+    return parse_lines(_bounded_lines(fh, name), path=name, engine=engine)
+
+
+def _bounded_lines(fh: IO[bytes], name: str) -> Iterable[str]:
+    """The stream's lines, none read past :data:`MAX_LINE` bytes (a 1 GiB line is never held)."""
+    n = 0
+    while raw := fh.readline(MAX_LINE + 1):
+        n += 1
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            raise _too_long(name, n)
+        yield raw.rstrip(b"\n").decode("utf-8", errors="replace")
+
+
+def _too_long(name: str, no: int) -> ReconError:
+    return ReconError(f"line {no} is longer than {MAX_LINE >> 20} MiB without a line break: not "
+                      f"an engine's log line (recon reads lines of at most {MAX_LINE} bytes)",
+                      where=name)
 
 
 def parse_text(text: str, *, path: str = "<text>", engine: str | None = None) -> ServerLog:
@@ -200,10 +219,15 @@ def parse_lines(lines: Iterable[str], *, path: str = "<text>", engine: str | Non
     n = 0
     # split on "\n" only: a tqdm bar's "\r" updates stay one line, so numbers match `grep -n`
     for n, raw in enumerate(lines, 1):
+        if len(raw) > MAX_LINE:
+            raise _too_long(path, n)
         ln = split_prefix(n, raw)
         if tbs.feed(ln):
             continue
-        hit = match_line(ln.text, engine)
+        try:
+            hit = match_line(ln.text, engine)
+        except BoundExceeded as err:
+            raise ReconError(f"line {n}: {err}", where=path) from None
         if hit is None:
             continue
         pat = hit.pattern

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pyrepr import as_int_list, parse_call, parse_value, split_kv
+from .pyrepr import MAX_DIGITS, as_int_list, parse_call, parse_value, split_kv, too_many_digits
 from .quantities import QUANTITIES
 
 
@@ -41,12 +41,34 @@ class LinePattern:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
+_DECIMAL = re.compile(r"[-+]?\d+(?:\.\d*)?")
+
+
+def exact_int(text: str) -> int:
+    """A printed number as an exact int (``965,793`` -> 965793, ``12.7`` -> 12), read as
+    decimal text, never through a float; more than :data:`MAX_DIGITS` digits is refused."""
+    t = text.strip().replace(",", "")
+    if not _DECIMAL.fullmatch(t):
+        raise ValueError(f"not a decimal number: {t[:40]!r}")
+    if sum(map(str.isdigit, t)) > MAX_DIGITS:
+        raise too_many_digits()
+    return int(t.partition(".")[0])
+
+
+def bounded_float(text: str) -> float:
+    """A printed number as a float; more than :data:`MAX_DIGITS` digits is refused."""
+    t = text.strip().replace(",", "")
+    if sum(map(str.isdigit, t)) > MAX_DIGITS:
+        raise too_many_digits()
+    return float(t)
+
+
 def _num(text: str, kind: str) -> Any:
     t = text.strip()
     if kind == "int":
-        return int(float(t.replace(",", "")))
+        return exact_int(t)
     if kind == "float":
-        return float(t.replace(",", ""))
+        return bounded_float(t)
     if kind == "bool":
         return t.lower() in ("true", "1", "yes", "by default") or bool(t)
     if kind == "ints":
@@ -71,7 +93,7 @@ def convert_groups(m: re.Match[str]) -> dict[str, Any]:
 def _per_position(m: re.Match[str]) -> dict[str, Any]:
     out = convert_groups(m)
     if "spec_per_position" in out:
-        out["spec_per_position"] = [float(x) for x in re.findall(r"\d+(?:\.\d+)?|nan", m["spec_per_position"])]
+        out["spec_per_position"] = [bounded_float(x) for x in re.findall(r"\d+(?:\.\d+)?|nan", m["spec_per_position"])]
     return out
 
 
@@ -160,7 +182,7 @@ def _graph_count(m: re.Match[str]) -> dict[str, Any]:
     name = {"decode": "cudagraph_graphs_decode", "mixed prefill-decode": "cudagraph_graphs_mixed",
             "FULL": "cudagraph_graphs_full", "PIECEWISE": "cudagraph_graphs_piecewise"}.get(
         key, "cudagraph_graphs")
-    return {name: int(m["n"])}
+    return {name: exact_int(m["n"])}
 
 
 def _graphs_profiled(m: re.Match[str]) -> dict[str, Any]:
@@ -173,7 +195,7 @@ def _graphs_profiled(m: re.Match[str]) -> dict[str, Any]:
     for mode, count, largest in re.findall(r"\b([A-Z_]+)=(\d+) \(largest=(\d+)\)", m["groups"]):
         if mode in ("FULL", "PIECEWISE"):
             name = f"cudagraph_graphs_{mode.lower()}"
-            out[name], out[f"{name}_max"] = int(count), int(largest)
+            out[name], out[f"{name}_max"] = exact_int(count), exact_int(largest)
     return out
 
 
@@ -208,10 +230,10 @@ PATTERNS: list[LinePattern] = [
                 _r(r"vLLM server version (?P<version>\d[\w.+-]*), serving model (?P<model>\S+)"),
                 "source 0.29.0-0.33.0 (VLLM_DISABLE_LOG_LOGO=1 or no colour formatter)"),
     LinePattern("vllm.version.logo", "vllm", "version",
-                _r(r"[█▀▄].*\bversion\s+(?P<version>\d[\w.+-]*)\s*$"),
+                _r(r"^[^█▀▄]*[█▀▄].*\bversion\s+(?P<version>\d[\w.+-]*)\s*$"),
                 "source 0.29.0-0.33.0 (the start-up logo)"),
     LinePattern("vllm.args.non_default", "vllm", "args",
-                _r(r"non-default args: (?P<args>\{.*\})\s*$"),
+                _r(r"^(?>.*?non-default args: )(?P<args>\{.*\})\s*$"),
                 "source 0.10.2 (utils.py), 0.29.0 (api_utils.py), 0.33.0 (startup.py)",
                 convert=_args_dict),
     LinePattern("vllm.args.namespace", "vllm", "args",
@@ -219,12 +241,12 @@ PATTERNS: list[LinePattern] = [
                 "public logs 0.4-0.8 (api_server printed the argparse Namespace)",
                 convert=_args_call),
     LinePattern("vllm.config.v1", "vllm", "config",
-                _r(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: "
+                _r(r"^(?>.*?Initializing a V1 LLM engine \(v)(?P<version>[^)]+)\) with config: "
                    r"(?P<resolved>.*)$"),
                 "source 0.10.2 (compilation_config as JSON), 0.29.0-0.33.0 (as a dict repr)",
                 convert=_vllm_config),
     LinePattern("vllm.config.v0", "vllm", "config",
-                _r(r"Initializing an LLM engine \(v(?P<version>[^)]+)\) with config: "
+                _r(r"^(?>.*?Initializing an LLM engine \(v)(?P<version>[^)]+)\) with config: "
                    r"(?P<resolved>.*)$"),
                 "public logs 0.4-0.8 (V0 engine)", convert=_vllm_config),
     LinePattern("vllm.max_model_len", "vllm", "startup",
@@ -358,10 +380,10 @@ PATTERNS: list[LinePattern] = [
                 "source 0.10.2, 0.33.0 (metrics/loggers.py)", series=True),
     # ---- SGLang -------------------------------------------------------------------------
     LinePattern("sglang.args.dataclass", "sglang", "args",
-                _r(r"server_args=(?P<args>ServerArgs\(.*\))\s*$"),
+                _r(r"^(?>.*?server_args=)(?P<args>ServerArgs\(.*\))\s*$"),
                 "public logs 0.4-0.5.x (the ServerArgs dataclass repr)", convert=_args_call),
     LinePattern("sglang.args.dict", "sglang", "args",
-                _r(r"server_args=(?P<args>\{.*\})\s*$"),
+                _r(r"^(?>.*?server_args=)(?P<args>\{.*\})\s*$"),
                 "source 0.5.23 (resolved_dict())", convert=_args_dict),
     LinePattern("sglang.load_weight_begin", "sglang", "startup",
                 _r(r"Load weight begin\. avail mem=(?P<avail_mem_before_weights_gb>\d+(?:\.\d+)?) GB"),
@@ -449,12 +471,20 @@ class Match:
     printed: dict[str, str]
 
 
+#: A line longer than this is matched only against the argument and config rows, whose
+#: expressions run in linear time (one start, at the first occurrence of their words); the
+#: other rows' lines are a few hundred characters, and their expressions may backtrack.
+SHORT_LINE = 8 << 10
+_LONG_KINDS = ("args", "config")
+
+
 def match_line(text: str, engine: str | None = None) -> Match | None:
     """The first row that matches ``text`` (restricted to ``engine`` when known)."""
     if not _PREFILTER.search(text):
         return None
+    long = len(text) > SHORT_LINE
     for pat in PATTERNS:
-        if engine and pat.engine not in (engine, "any"):
+        if (engine and pat.engine not in (engine, "any")) or (long and pat.kind not in _LONG_KINDS):
             continue
         m = pat.regex.search(text)
         if m:

@@ -9,6 +9,12 @@ unquoted paths (vLLM's ``Initializing a V1 LLM engine ... with config:``) whose
 these, so this module is lenient: what it cannot read as a literal it keeps as
 the source text, never raising. A log line is evidence; a parser that throws
 on one odd value would hide the rest of it.
+
+The one exception is a value no engine prints and that would cost recon
+unbounded work: nesting deeper than :data:`MAX_DEPTH` or a number longer than
+:data:`MAX_DIGITS` digits raises :class:`BoundExceeded` (one line, which the
+log reader prefixes with the file and line number). One linear scan finds
+both before any recursive parser sees the text.
 """
 
 from __future__ import annotations
@@ -18,15 +24,66 @@ import json
 import re
 from typing import Any
 
+from ..errors import ReconError
+
+#: deepest bracket nesting read in a printed value (engines print a few levels)
+MAX_DEPTH = 64
+#: longest number read from a log, in digits (engines print at most about 20)
+MAX_DIGITS = 100
+
 _ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*)(?::[^<>]*)?>")
 _KEY_START = re.compile(r"\s*([A-Za-z_]\w*)=")
+#: what :func:`check_bounds` looks at: quotes, backslashes, brackets, over-long digit runs
+_SPECIAL = re.compile(r"[\\'\"()\[\]{}]|\d{" + str(MAX_DIGITS + 1) + ",}")
+
+
+class BoundExceeded(ReconError):
+    """A printed value past recon's bounds (nesting, digits): not something an engine prints."""
+
+
+def too_many_digits() -> BoundExceeded:
+    return BoundExceeded(f"a number of more than {MAX_DIGITS} digits (recon reads at most "
+                         f"{MAX_DIGITS}; no engine prints one)")
+
+
+def check_bounds(text: str) -> None:
+    """Refuse nesting past :data:`MAX_DEPTH` or a digit run past :data:`MAX_DIGITS` (outside
+    quotes), in one pass over ``text``'s quotes, brackets and long digit runs, before a
+    recursive parser sees it."""
+    depth = 0
+    quote: str | None = None
+    skip = -1  # the character after a backslash inside a string
+    for m in _SPECIAL.finditer(text):
+        c, at = m.group(), m.start()
+        if at == skip:
+            continue
+        if quote:
+            if c == "\\":
+                skip = at + 1
+            elif c == quote:
+                quote = None
+        elif len(c) > 1:
+            raise too_many_digits()
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise BoundExceeded(f"a value nested more than {MAX_DEPTH} levels deep (recon "
+                                    "reads at most that; no engine prints one)")
+        elif c in ")]}":
+            depth = max(0, depth - 1)
 
 
 def parse_value(text: str) -> Any:
-    """A Python/JSON value from its printed form; the stripped text when unreadable."""
+    """A Python/JSON value from its printed form; the stripped text when unreadable.
+
+    Raises :class:`BoundExceeded` for nesting or numbers past recon's bounds.
+    """
     s = text.strip()
     if not s:
         return s
+    check_bounds(s)
     for attempt in (_literal, _json):
         ok, value = attempt(s)
         if ok:
@@ -34,9 +91,9 @@ def parse_value(text: str) -> Any:
     cleaned = _ENUM_REPR.sub(lambda m: repr(m.group(1)), s)
     try:
         node = ast.parse(cleaned, mode="eval").body
-    except SyntaxError:
+        return _node_value(node, cleaned)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return s
-    return _node_value(node, cleaned)
 
 
 def _literal(s: str) -> tuple[bool, Any]:
@@ -51,7 +108,7 @@ def _json(s: str) -> tuple[bool, Any]:
         return False, None
     try:
         return True, json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError, MemoryError):
         return False, None
 
 
@@ -142,6 +199,6 @@ def as_int_list(value: Any) -> list[int] | None:
     if isinstance(value, (list, tuple)):
         try:
             return [int(x) for x in value]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinity
             return None
     return None

@@ -92,7 +92,10 @@ def load_config(config: str | Path | Mapping[str, Any] | None) -> dict[str, Any]
     """A config.json path (or ``example:NAME``) or dict -> dict (checked here, so errors name the file)."""
     if config is None:
         return None
+    from ..engine.modelcheck import JSON_HOOKS, check_model_config, read_config_text
+
     if isinstance(config, Mapping):
+        check_model_config(config, "the model config")
         return dict(config)
     from ..examples import resolve
 
@@ -100,7 +103,7 @@ def load_config(config: str | Path | Mapping[str, Any] | None) -> dict[str, Any]
     if path.is_dir():
         path = path / "config.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_config_text(path), **JSON_HOOKS)
     except OSError as err:
         raise ReconError(f"cannot read config {path}: {err.strerror}") from err
     except ValueError as err:
@@ -109,6 +112,7 @@ def load_config(config: str | Path | Mapping[str, Any] | None) -> dict[str, Any]
         raise ReconError(f"{path}: JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ReconError(f"{path}: a config.json holds a JSON object")
+    check_model_config(data, str(path))
     return data
 
 

@@ -19,7 +19,10 @@ Auth is Docker's: anonymous first, then whatever the ``401`` asks for
 config and credential helpers (:mod:`recon.acquire.sources.auth`). HTTPS always,
 except ``insecure=True`` (or ``RECON_REGISTRY_INSECURE=1``), which allows
 plain HTTP to a registry on this machine (loopback) only. Every problem is a
-one-line :class:`ReconError`; nothing half-downloaded is ever used.
+one-line :class:`ReconError`; nothing half-downloaded is ever used. A malformed
+response (a bad status line, a header line over 64 KiB, over 100 headers) is one
+line, and no request waits without bound: :mod:`recon.acquire.sources.deadline`
+(``RECON_REGISTRY_TIMEOUT``, ``RECON_REGISTRY_MIN_RATE``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ...errors import ReconError
 from ..blobcache import BlobCache, DigestMismatch, Tee, check_digest, digest_of
 from .auth import DOCKER_HUB, Authenticator, is_loopback
 from .base import Image, ImageConfig, Layer
+from .deadline import Deadline, limits_from_env
 from .entry import Entry
 from .lazy import LazyLayer, lazy_format
 from .oci import (
@@ -162,27 +166,40 @@ class _Counted(io.RawIOBase):
     """A response body that counts what it delivers and closes its connection at the end."""
 
     def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-                 stats: TransferStats) -> None:
-        self.resp, self.conn, self.stats = resp, conn, stats
+                 stats: TransferStats, deadline: Deadline) -> None:
+        self.resp, self.conn, self.stats, self.deadline = resp, conn, stats, deadline
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf: Any) -> int:
         try:
-            n = self.resp.readinto(buf)
-        except (OSError, http.client.HTTPException) as err:
-            raise ConnectionError(f"connection dropped while reading ({err})") from err
+            n = self.resp.readinto(memoryview(buf)[:self.deadline.piece()])
+        except (OSError, ValueError, http.client.HTTPException) as err:
+            if self.deadline.expired:
+                raise ConnectionError(self.deadline.message()) from None
+            raise ConnectionError(f"connection dropped while reading ({_describe(err)})") from err
+        if self.deadline.expired:  # the cut looks like the end of the body: it is not
+            raise ConnectionError(self.deadline.message())
         if n:
+            self.deadline.fed(n)
             self.stats.add(n)
             TRANSFERS.add(n)
         return n or 0
 
     def close(self) -> None:
+        self.deadline.done()
         with contextlib.suppress(Exception):
             self.resp.close()
             self.conn.close()
         super().close()
+
+
+def _describe(err: BaseException) -> str:
+    """An HTTP error as short, printable text (a bad status line is the server's bytes)."""
+    detail = ascii(str(err))[1:-1]
+    detail = detail if len(detail) <= 80 else detail[:77] + "..."
+    return f"{type(err).__name__}: {detail}" if detail else type(err).__name__
 
 
 # --- HTTP ----------------------------------------------------------------------------------
@@ -209,8 +226,11 @@ class Response:
 class Transport:
     """Keep-alive HTTP(S) connections, one set per thread; redirects; readable errors."""
 
-    def __init__(self, *, timeout: float = 60.0, stats: TransferStats | None = None) -> None:
-        self.timeout = timeout
+    def __init__(self, *, timeout: float | None = None, min_rate: int | None = None,
+                 stats: TransferStats | None = None) -> None:
+        env_timeout, env_rate = limits_from_env()
+        self.timeout = env_timeout if timeout is None else timeout
+        self.min_rate = env_rate if min_rate is None else min_rate
         self.stats = stats or TransferStats()
         self._local = threading.local()
         self._ssl = ssl.create_default_context()
@@ -251,69 +271,104 @@ class Transport:
             hdrs = {"User-Agent": USER_AGENT, **headers}
             if auth_netloc is not None and parts.netloc != auth_netloc:
                 hdrs.pop("Authorization", None)  # never hand credentials to a redirect target
-            resp, conn = self._roundtrip(parts.scheme, parts.netloc, method, path, hdrs, body, stream)
+            resp, conn, deadline = self._roundtrip(parts.scheme, parts.netloc, method, path, hdrs,
+                                                   body, stream)
             self.stats.add(0, 1)
             TRANSFERS.add(0, 1)
             status = resp.status
             rheaders = {k.lower(): v for k, v in resp.getheaders()}
-            if status in (301, 302, 303, 307, 308) and rheaders.get("location"):
-                self._drain(resp, conn, stream)
+            if stream and status in (200, 206):
+                counted = _Counted(resp, conn, self.stats, deadline)
+                return Response(status, rheaders, stream=cast(IO[bytes], counted), url=url)
+            redirect = status in (301, 302, 303, 307, 308) and bool(rheaders.get("location"))
+            try:  # a redirect's body is read to its end and its connection closed
+                data = self._read_body(resp, conn, deadline, 1 << 20 if redirect else max_body,
+                                       stream or redirect, url, key=(parts.scheme, parts.netloc))
+            finally:
+                deadline.done()
+            if redirect:
                 url = urllib.parse.urljoin(url, rheaders["location"])
                 if status == 303:
                     method, body = "GET", None
                 continue
-            if stream and status in (200, 206):
-                return Response(status, rheaders, stream=cast(IO[bytes], _Counted(resp, conn, self.stats)), url=url)
-            data = self._read_body(resp, conn, max_body, stream, url, key=(parts.scheme, parts.netloc))
             return Response(status, rheaders, data, url=url)
         raise ReconError(f"too many redirects fetching {url[:200]}")
 
     def _roundtrip(self, scheme: str, netloc: str, method: str, path: str, headers: dict[str, str],
-                   body: bytes | None, stream: bool) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
+                   body: bytes | None, stream: bool
+                   ) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection, Deadline]:
         key = (scheme, netloc)
         pool = self._pool()
         for attempt in (0, 1):
             reused = not stream and key in pool
             conn = pool.pop(key) if reused else self._connect(scheme, netloc)
+            deadline = Deadline(conn, netloc, self.timeout, self.min_rate)
             try:
                 conn.request(method, path, body=body, headers=headers)
-                return conn.getresponse(), conn
+                deadline.sent()
+                resp = conn.getresponse()
+                if deadline.expired:  # cut while the head came: what arrived is not an answer
+                    raise deadline.error()
+                deadline.head_read()
+                return resp, conn, deadline
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     http.client.CannotSendRequest, http.client.ResponseNotReady) as err:
-                conn.close()
+                self._failed(conn, deadline)
                 if reused and attempt == 0:
                     continue  # a kept-alive connection the server had closed: once more, fresh
                 raise ReconError(f"registry {netloc} closed the connection ({type(err).__name__})") from err
-            except ssl.SSLError as err:
-                conn.close()
-                hint = ("; for a plain-HTTP registry on this machine use --insecure "
-                        "(RECON_REGISTRY_INSECURE=1)") if is_loopback(netloc) else ""
-                raise ReconError(f"TLS with {netloc} failed ({err.reason or err}){hint}") from err
-            except ConnectionRefusedError as err:
-                conn.close()
-                raise ReconError(f"cannot reach registry {netloc} (connection refused)") from err
-            except socket.gaierror as err:
-                conn.close()
-                raise ReconError(f"cannot resolve registry host {netloc} ({err.strerror or err})") from err
-            except TimeoutError as err:
-                conn.close()
-                raise ReconError(f"registry {netloc} did not answer within {self.timeout:.0f} s") from err
-            except OSError as err:
-                conn.close()
-                raise ReconError(f"cannot reach registry {netloc} ({err.strerror or err})") from err
+            except (OSError, http.client.HTTPException) as err:
+                self._failed(conn, deadline)
+                raise self._request_error(netloc, err) from err
+            except BaseException:
+                self._failed(conn, deadline)
+                raise
         raise AssertionError("unreachable")
 
-    def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, stream: bool) -> None:
-        self._read_body(resp, conn, 1 << 20, True, "")
+    @staticmethod
+    def _failed(conn: http.client.HTTPConnection, deadline: Deadline) -> None:
+        deadline.done()
+        conn.close()
+        if deadline.expired:
+            raise deadline.error()
 
-    def _read_body(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, max_body: int,
-                   stream: bool, url: str, key: tuple[str, str] | None = None) -> bytes:
+    def _request_error(self, netloc: str, err: BaseException) -> ReconError:
+        """One line for a request that failed before its answer's head was read."""
+        if isinstance(err, http.client.HTTPException):  # bad status line, header over 64 KiB, ...
+            return ReconError(f"registry {netloc} sent a malformed HTTP response ({_describe(err)})")
+        if isinstance(err, ssl.SSLError):
+            hint = ("; for a plain-HTTP registry on this machine use --insecure "
+                    "(RECON_REGISTRY_INSECURE=1)") if is_loopback(netloc) else ""
+            return ReconError(f"TLS with {netloc} failed ({err.reason or err}){hint}")
+        if isinstance(err, ConnectionRefusedError):
+            return ReconError(f"cannot reach registry {netloc} (connection refused)")
+        if isinstance(err, socket.gaierror):
+            return ReconError(f"cannot resolve registry host {netloc} ({err.strerror or err})")
+        if isinstance(err, TimeoutError):
+            return ReconError(f"registry {netloc} did not answer within {self.timeout:g} s")
+        return ReconError(f"cannot reach registry {netloc} ({getattr(err, 'strerror', None) or err})")
+
+    def _read_body(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                   deadline: Deadline, max_body: int, stream: bool, url: str,
+                   key: tuple[str, str] | None = None) -> bytes:
         """Read a whole (small) body; the connection goes back to this thread's pool."""
+        parts: list[bytes] = []
+        got = 0
         try:
-            data = resp.read(max_body + 1)
-        except (OSError, http.client.HTTPException) as err:
+            while got <= max_body and (piece := resp.read(min(deadline.piece(),
+                                                              max_body + 1 - got))):
+                parts.append(piece)
+                got += len(piece)
+                deadline.fed(len(piece))
+        except (OSError, ValueError, http.client.HTTPException) as err:
             conn.close()
-            raise ReconError(f"connection dropped while reading {url[:200]} ({err})") from err
+            if deadline.expired:
+                raise deadline.error(url[:200]) from None
+            raise ReconError(f"connection dropped while reading {url[:200]} ({_describe(err)})") from err
+        if deadline.expired:  # the cut looks like the end of a body without a length: it is not
+            conn.close()
+            raise deadline.error(url[:200])
+        data = b"".join(parts)
         self.stats.add(len(data))
         TRANSFERS.add(len(data))
         if len(data) > max_body:
@@ -461,8 +516,13 @@ class RegistryClient:
         if end <= start:
             return b""
         want = end - start
+        parts: list[bytes] = []
+        got = 0
         with self.open_blob(digest, start, end) as raw:
-            data = raw.read(want)
+            while got < want and (piece := raw.read(want - got)):  # reads come in pieces
+                parts.append(piece)
+                got += len(piece)
+        data = b"".join(parts)
         if len(data) != want:
             raise ReconError(f"blob {digest}: asked for {want} bytes at {start}, got {len(data)}",
                              where=self.where)
