@@ -17,6 +17,15 @@ What is left out, and why (listed in ``env.json`` and in every result):
   decisions, and several (triton, flashinfer) would pull CUDA wheels of
   hundreds of MB.
 
+Nothing a downloaded package ships runs on the host while the environment is
+built: the environment's own interpreter is never started here (a wheel's
+``.pth`` runs whenever it starts). The installer runs under recon's interpreter
+and writes into the environment's folder (``--prefix``), the bytecode is
+compiled by recon's interpreter with site processing off (compiling reads a
+file, it never runs it), and the version of torchvision that fits the
+installed torch is asked of recon's own pip. The environment's interpreter
+first starts inside the sandbox, as the engine.
+
 Requirements are installed with ``--no-deps`` and the closure is walked by
 recon (each installed distribution's own ``Requires-Dist``, same exclusions),
 so pip never resolves a CUDA torch or triton in behind the table. Each is
@@ -234,25 +243,44 @@ def installer() -> str:
 
 
 class _Installer:
-    """Installs into one environment from the wheelhouse alone, never from the index."""
+    """Installs into one environment from the wheelhouse alone, never from the index.
+
+    The environment's interpreter (``python``) is never started: uv and pip run
+    under recon's interpreter (the one the environment was made from: the same
+    tags and layout). uv installs under the environment's folder (``--prefix``),
+    where it sees the environment's packages alone and replaces an installed
+    version itself. pip with ``--prefix`` would uninstall from recon's own
+    packages (and Debian's pip writes under ``local/``), so pip installs into an
+    empty folder (``--target``) that :func:`_merge` moves into the environment,
+    after :func:`_uninstall` removed the version there.
+    """
 
     def __init__(self, python: Path, wheelhouse: Path, log: Path) -> None:
         self.wheelhouse, self.log = wheelhouse, log
+        self.prefix = python.parent.parent
         flags = ["--no-deps", "--no-index", "--find-links", str(wheelhouse), "--only-binary",
                  ":all:"]
         uv = _uv()
+        self.pip = uv is None
         if uv is None:
-            self.cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python",
-                        str(python), "install", *flags]
+            self.cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install",
+                        "--no-compile", "--no-warn-script-location", *flags]
             self.env: dict[str, str] | None = None
         else:  # its cache under recon's own folder, no user configuration read
-            self.cmd = [uv, "pip", "install", "--python", str(python), *flags,
-                        "--compile-bytecode"]
+            self.cmd = [uv, "pip", "install", "--python", sys.executable, "--prefix",
+                        str(self.prefix), *flags]
             self.env = {"UV_CACHE_DIR": str(wheelhouse.parent / "uv-cache"), "UV_NO_CONFIG": "1",
                         "UV_PYTHON_DOWNLOADS": "never"}
 
     def run(self, specs: list[str]) -> subprocess.CompletedProcess[str]:
-        return _logged([*self.cmd, *specs], self.log, self.env)
+        if not self.pip:
+            return _logged([*self.cmd, *specs], self.log, self.env)
+        site = _site(self.prefix)
+        _uninstall(site, specs)
+        with tempfile.TemporaryDirectory(dir=self.prefix) as target:
+            done = _logged([*self.cmd, "--target", target, *specs], self.log)
+            _merge(Path(target), site)
+        return done
 
     def install(self, specs: list[str]) -> None:
         """Install ``specs``; download into the wheelhouse only what it lacks."""
@@ -286,6 +314,45 @@ def _batch(call: Callable[[list[str]], subprocess.CompletedProcess[str]],
         left = keep
     for spec in left:
         call([spec])
+
+
+def _uninstall(site: Path, specs: list[str]) -> None:
+    """Remove from ``site`` the installed distributions ``specs`` name: the files their
+    ``RECORD`` lists (those inside the environment only), then the folders left empty."""
+    names = {canonicalize_name(_name_of(spec)) for spec in specs}
+    root = Path(os.path.realpath(site.parents[2]))
+    folders: set[Path] = set()
+    for dist in metadata.distributions(path=[str(site)]):
+        if not dist.name or canonicalize_name(dist.name) not in names:
+            continue
+        for file in dist.files or []:
+            path = Path(os.path.normpath(site / file))
+            real = Path(os.path.realpath(path.parent)) / path.name
+            if real.is_relative_to(root) and not real.is_dir():
+                real.unlink(missing_ok=True)
+                folders.update(p for p in real.parents if p.is_relative_to(site) and p != site)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _merge(target: Path, site: Path) -> None:
+    """Move what pip installed into ``target`` (``--target``) into ``site`` file by file (a
+    namespace folder shared with another distribution keeps that one's files); scripts stay out."""
+    for path in sorted(target.rglob("*")):
+        rel = path.relative_to(target)
+        if rel.parts[0] == "bin" or (path.is_dir() and not path.is_symlink()):
+            continue
+        dest = site / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+
+
+def _compile_bytecode(site: Path, log: Path) -> None:
+    """Byte-compile the environment's packages with recon's interpreter, site processing off
+    (``-I -S``: nothing of either environment is imported; compiling never runs a file)."""
+    _logged([sys.executable, "-I", "-S", "-m", "compileall", "-q", "-j", "0",
+             "--invalidation-mode", "timestamp", str(site)], log)
 
 
 def _name_of(spec: str) -> str:
@@ -447,8 +514,9 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path, asof: AsOf) ->
         inst.install([_plain(r) for r in missing])
     if missing:  # rounds ran out on a conflict: the requirements of the release's pins win
         inst.install([_plain(r) for r in _of_pins(paths, wanted, asof)])
-    matched = _torch_matched(staging / "bin" / "python", log)
+    matched = _torch_matched(log)
     inst.install(matched)
+    _compile_bytecode(site, log)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
                        metadata.distributions(path=[str(site)]))
     record: dict[str, object] = {
@@ -488,13 +556,15 @@ def said_of(record: dict[str, object]) -> list[str]:
     return out
 
 
-def _torch_matched(python: Path, log: Path) -> list[str]:
+def _torch_matched(log: Path) -> list[str]:
     """``name==version`` of :data:`TORCH_MATCHED`, as pip resolves them beside the installed torch.
 
     pip's own resolver (a dry run, with the installed torch pinned) chooses the
     version whose ``torch`` requirement the installed CPU torch meets; offline, or
     when none fits, nothing is added (the model classes that need it then fail with
-    the release's own error, and ``env.json`` says so under ``unavailable``).
+    the release's own error, and ``env.json`` says so under ``unavailable``). It is
+    recon's own pip, beside the torch the environment imports: the environment's
+    interpreter is not started (see the module docstring).
     """
     torch_version = _dist_version("torch")
     if not torch_version:
@@ -503,7 +573,7 @@ def _torch_matched(python: Path, log: Path) -> list[str]:
     for name in TORCH_MATCHED:
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.json"
-            done = _pip(["--python", str(python), "install", "--dry-run", "--quiet",
+            done = _pip(["install", "--dry-run", "--quiet",
                          "--only-binary", ":all:", "--report", str(report), name,
                          f"torch=={torch_version}"], log)
             if done.returncode != 0 or not report.is_file():
