@@ -3,18 +3,23 @@
 Library code (a ``pip download``, building a release's environment, indexing,
 each release of a bisect) opens a :func:`task` or a :func:`step` and updates it;
 by default nothing is shown, so the Python API and tests stay silent. The CLI
-calls :func:`show_on` with its stderr console when that is a terminal and
-neither ``--quiet`` nor ``--json`` was given; then every open task is one rich
-progress line (bytes for downloads, counts for the rest, elapsed time for all),
-and the display is live only while a task is open, so tables printed between
-steps are never drawn over.
+calls :func:`show_on` with its stderr console unless ``--quiet`` or ``--json``
+was given. On a terminal every open task is one rich progress line (bytes for
+downloads, counts for the rest, elapsed time for all), and the display is live
+only while a task is open, so tables printed between steps are never drawn over.
+Piped (a log file, CI), a step that runs longer than :data:`QUIET_SECONDS` gets
+plain lines instead: when it started, every :data:`EVERY_SECONDS` while it runs,
+and when it ended, with its seconds; a quick step prints nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 _lock = threading.Lock()
@@ -50,16 +55,19 @@ class Task:
         self._bar.update(self._id, completed=self.completed, total=self.total,
                          amount=self._amount(), **extra)
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
         """Draw the line's last state once (a step shorter than the refresh interval would
         otherwise never show its total), then remove it; the display stops when no task
-        is left."""
+        is left. ``failed``: the step ended by an exception (piped: said so, not "done")."""
         global _open
         if self._bar is None:
             return
         with _lock:
             self._bar.refresh()
-            self._bar.remove_task(self._id)
+            if isinstance(self._bar, Lines):
+                self._bar.end(self._id, failed=failed)
+            else:
+                self._bar.remove_task(self._id)
             _open -= 1
             if _open == 0:
                 self._bar.stop()
@@ -96,13 +104,110 @@ def step(description: str, total: float | None = None, unit: str = "") -> Iterat
     t = Task(description, total, unit)
     try:
         yield t
-    finally:
-        t.close()
+    except BaseException:
+        t.close(failed=True)
+        raise
+    t.close()
+
+
+#: piped: a step says nothing until it has run this long (a quick step prints no line;
+#: ``RECON_PROGRESS_SECONDS`` sets another, 0 for a line for every step) ...
+QUIET_SECONDS = 3.0
+#: ... then a line every this many seconds while it runs, and one when it ends
+EVERY_SECONDS = 30.0
+
+
+@dataclass
+class _Line:
+    description: str
+    amount: str
+    started: float = field(default_factory=time.monotonic)
+    said: float | None = None  # when its last line was printed (None: none yet)
+
+
+class Lines:
+    """Steps as plain lines on a console that is not a terminal: the part of rich's
+    ``Progress`` that :class:`Task` uses, each line printed whole (a log keeps them all)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.tasks: dict[int, _Line] = {}
+        self._ids = 0
+        self._stop = threading.Event()
+        self.quiet = quiet_seconds()
+
+    def start(self) -> None:
+        """Watch the open steps (one thread, until :meth:`stop`)."""
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, args=(self._stop,), name="recon-progress",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def add_task(self, description: str, *, total: float | None, amount: str) -> int:
+        self._ids += 1
+        self.tasks[self._ids] = line = _Line(description, amount)
+        if self.quiet <= 0:
+            self._say(line, "started")
+        return self._ids
+
+    def update(self, tid: int, *, amount: str, description: str | None = None,
+               **_: Any) -> None:
+        line = self.tasks.get(tid)
+        if line is not None:
+            line.amount = amount
+            line.description = description or line.description
+
+    def refresh(self) -> None:
+        """Nothing to redraw: lines are printed as time passes (:meth:`_watch`)."""
+
+    def end(self, tid: int, *, failed: bool) -> None:
+        """The step's last line, if it said it started."""
+        line = self.tasks.pop(tid, None)
+        if line is not None and line.said is not None:
+            self._say(line, f"{'stopped' if failed else 'done'} after {_seconds(line)}")
+
+    def _watch(self, stop: threading.Event) -> None:
+        while not stop.wait(0.25):
+            with _lock:
+                for line in list(self.tasks.values()):
+                    self._tick(line)
+
+    def _tick(self, line: _Line) -> None:
+        now = time.monotonic()
+        if line.said is None and now - line.started >= self.quiet:
+            self._say(line, f"started {_seconds(line)} ago")
+        elif line.said is not None and now - line.said >= EVERY_SECONDS:
+            self._say(line, f"{_seconds(line)} so far")
+
+    def _say(self, line: _Line, what: str) -> None:
+        line.said = time.monotonic()
+        amount = f", {line.amount}" if line.amount else ""
+        self.console.print(f"recon: {line.description}: {what}{amount}", markup=False,
+                           highlight=False, soft_wrap=True)
+
+
+def quiet_seconds() -> float:
+    """How long a piped step runs before it says so: ``RECON_PROGRESS_SECONDS``, else the default."""
+    raw = os.environ.get("RECON_PROGRESS_SECONDS", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else QUIET_SECONDS
+    except ValueError:
+        return QUIET_SECONDS
+
+
+def _seconds(line: _Line) -> str:
+    return f"{time.monotonic() - line.started:.1f} s"
 
 
 def show_on(console: Any) -> None:
-    """Show every task from now on, on ``console`` (the CLI's stderr), transient."""
+    """Show every task from now on, on ``console`` (the CLI's stderr): a transient bar on a
+    terminal, plain lines for steps that take a while elsewhere."""
     global _bar
+    if not console.is_terminal:
+        _bar = Lines(console)
+        return
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     # a description names packages and snapshots (data): shown as text, never read as markup

@@ -29,6 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
     warm server each; with the user default of 3 they would evict each other and start
     again (about 35 s a start). Six idle servers hold about 6 GB."""
     os.environ.setdefault("RECON_ENGINE_SERVERS", "6")
+    # a piped step says "started ... done after N s" after 3 s; tests that read stderr whole
+    # would see those lines on a slow machine (tests/test_first_hour.py sets its own value)
+    os.environ.setdefault("RECON_PROGRESS_SECONDS", "3600")
 
 
 #: marker -> the fixtures that make a test need it (anywhere in the test's fixture closure)

@@ -152,12 +152,13 @@ def _plain_argument(param: Any) -> None:
 
 
 def _show_progress(argv: list[str]) -> None:
-    """Progress lines on stderr when it is a terminal, unless ``--quiet``/``-q`` or ``--json``."""
+    """Progress on stderr (a bar on a terminal, lines for long steps when piped), unless
+    ``--quiet``/``-q`` or ``--json``."""
     from .. import progress
     from .output import err_console
 
     progress.hide()
-    if err_console.is_terminal and not {"--quiet", "-q", "--json"} & set(argv):
+    if not {"--quiet", "-q", "--json"} & set(argv):
         progress.show_on(err_console)
 
 

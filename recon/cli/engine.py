@@ -62,6 +62,7 @@ def engine_config_cmd(
     """``recon engine-config``."""
     from ..engine.config import engine_config, model_files
     from ..engine.gpus import board_for
+    from ..recipes.flags import flag_hints
     from ..slicing.runner import load_config
     from ..snapshots.cache import ensure_snapshot
 
@@ -89,8 +90,9 @@ def engine_config_cmd(
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
-    facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
-                          env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
+    with flag_hints(snap):
+        facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
+                              env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
     if as_json:
         emit_json(facts.as_json())
         return
@@ -118,9 +120,11 @@ def _sglang(snap: object, flags: str, cfg: dict[str, Any] | None, gpu: str | Non
             as_json: bool) -> None:
     """SGLang: the release's resolved ServerArgs, each changed field with what changed it."""
     from ..engine.sglang import server_args
+    from ..recipes.flags import flag_hints
 
-    facts = server_args(snap, flags, cfg or {}, gpu=gpu, env=env,  # type: ignore[arg-type]
-                        draft_config=draft, sandbox=sandbox)
+    with flag_hints(snap):
+        facts = server_args(snap, flags, cfg or {}, gpu=gpu, env=env,  # type: ignore[arg-type]
+                            draft_config=draft, sandbox=sandbox)
     if as_json:
         emit_json(facts.as_json())
         return

@@ -16,7 +16,9 @@ from typing import IO, Any
 
 from rich.console import Console, RenderableType
 from rich.errors import MarkupError
+from rich.measure import Measurement
 from rich.segment import Segment
+from rich.table import Table
 from rich.text import Span, Text
 
 from ..safetext import safe_text, unsafe_spans
@@ -24,6 +26,9 @@ from ..safetext import safe_text, unsafe_spans
 #: Width when a stream is not a terminal: whole lines (``recon find ... | grep`` must see every
 #: name), not rich's 80-column default. ``COLUMNS`` still wins when set.
 PIPE_WIDTH = 100_000
+#: ... except for tables, drawn no wider than this when piped: a long cell folds onto more lines
+#: at its spaces, and only a word longer than its column (a qualname) widens the table, whole.
+PIPE_TABLE_WIDTH = 120
 
 
 class _Console(Console):
@@ -77,10 +82,36 @@ class _Console(Console):
 
 
 class _PipeConsole(_Console):
-    """A console for pipes and files: no line breaks inside a row; a rule is one short line."""
+    """A console for pipes and files: no line breaks inside a line of text; a table at most
+    :data:`PIPE_TABLE_WIDTH` wide unless a word in it is longer; a rule is one short line."""
 
     def rule(self, title: Any = "", *args: Any, **kwargs: Any) -> None:
         self.print(f"── {title} ──" if title else "──", soft_wrap=True)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if len(objects) == 1 and isinstance(objects[0], Table) and kwargs.get("width") is None:
+            kwargs["width"] = table_width(self, objects[0], PIPE_TABLE_WIDTH)
+        super().print(*objects, **kwargs)
+
+
+def table_width(console: Console, table: Table, most: int) -> int:
+    """The width to draw ``table`` at: its content's, at most ``most`` where that keeps every
+    word whole; a table that cannot (a name wider than the rest leaves it) keeps its content's
+    width, each row on one line, so a name is never cut (``recon find ... | grep``).
+
+    A column with nothing to wrap (every cell one word: names, numbers) is marked ``no_wrap``,
+    so that narrowing the table wraps the prose columns instead of cutting a name; a column
+    whose renderer chose ``overflow="fold"`` may fold its long words.
+    """
+    narrowest = table._extra_width
+    for column in table.columns:
+        span = table._measure_column(console, console.options, column)
+        if column.width is None and not column.no_wrap:
+            column.no_wrap = span.minimum == span.maximum
+        folds = column.overflow == "fold" and not column.no_wrap
+        narrowest += min(span.maximum, 12) if folds else span.minimum
+    fits = Measurement.get(console, console.options, table)
+    return min(fits.maximum, most) if narrowest <= most else fits.maximum
 
 
 def _console(*, stderr: bool) -> Console:

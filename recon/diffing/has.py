@@ -33,7 +33,7 @@ from ..errors import ReconError
 from ..index.models import FunctionInfo
 from ..index.snapshot_index import SnapshotIndex
 from ..snapshots.model import Snapshot
-from .bisect import find_function, resolve_qualname
+from .bisect import find_function, own_module_index, resolve_qualname
 from .functions import compare
 from .model import function_json
 from .releases import previous_release
@@ -249,7 +249,9 @@ def _by_release(qualname: str, target: Located, fixed_ref: str, unfixed_ref: str
                 package: str | None) -> HasResult:
     fixed = locate(fixed_ref, qualname, package=package)
     if fixed.function is None:
-        raise ReconError(f"{qualname} is not in {fixed.label}, so it cannot hold the fix")
+        own = fixed.index or own_module_index(fixed.snapshot, qualname)
+        raise ReconError(f"{qualname} is not in {fixed.label}, so it cannot hold the fix"
+                         + (own._suggest(qualname, own.functions) if own is not None else ""))
     unfixed_ref = unfixed_ref or _default_unfixed(fixed_ref)
     unfixed = locate(unfixed_ref, qualname, package=package) if unfixed_ref else None
     res = HasResult("different", "", qualname, target, fixed=fixed, unfixed=unfixed)

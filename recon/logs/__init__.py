@@ -91,7 +91,42 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     report.notes += unsettled
     with options_read(options or {}, "the recipes this log ran"):
         run_predictions(report, snap, config=config, flags=fl, options=options, settings=settings)
+    say_missing_once(report)
     return report
+
+
+def say_missing_once(report: LogReport) -> None:
+    """A package the recipes need and this Python lacks (torch) is one note with its install
+    line; each recipe and each row it could not predict only points at that note."""
+    from ..errors import require_package
+    from ..recipes import get
+
+    missing: dict[str, list[str]] = {}  # package -> recipes that need it
+    for name in report.recipes:
+        for package in _needs(get, name):
+            try:
+                require_package(package, "")
+            except ReconError:
+                missing.setdefault(package, []).append(name)
+    for package, names in missing.items():
+        try:
+            require_package(package, f"recipe {names[0]}" if len(names) == 1 else
+                            f"each of the recipes {', '.join(names)}")
+        except ReconError as err:
+            report.notes.append(str(err).strip())
+        short = f"not run: needs {package} (see the note)"
+        for name in names:
+            report.recipes[name] = short
+        for row in report.comparisons:
+            if row.recipe in names and row.status == "no prediction":
+                row.note = short
+
+
+def _needs(get: Any, name: str) -> tuple[str, ...]:
+    try:
+        return tuple(get(name).needs)
+    except ReconError:  # a recipe the log names that this recon lacks
+        return ()
 
 
 def release_of(log: ServerLog) -> str:

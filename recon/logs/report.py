@@ -284,7 +284,7 @@ def render_console(report: LogReport, console: Any) -> None:
         if cut > 0:  # a terminal table of tens of thousands of rows takes minutes to draw
             caption = (caption + "; " if caption else "") + (
                 f"the first {CONSOLE_ROWS} of {len(s.rows):,} rows; --json or --markdown has all")
-        t = Table(title=s.title, caption=caption or None, show_lines=False)
+        t = Table(title=s.title, caption=Text(caption) if caption else None, show_lines=False)
         for c in s.columns:
             t.add_column(c, overflow="fold")
         for row in rows:

@@ -38,6 +38,17 @@ def spec_tokens(log: ServerLog) -> int | None:
     return k if isinstance(k, int) else None
 
 
+def spec_method(log: ServerLog) -> str:
+    """``"ngram, "``: the speculative method the log names (resolved, else asked for), or ""."""
+    method = log.value("speculative_method")
+    if not isinstance(method, str):
+        spec = arg(log, "speculative_config")
+        spec = parse_value(spec) if isinstance(spec, str) else spec
+        method = spec.get("method") if isinstance(spec, dict) else None
+    method = method or arg(log, "speculative_algorithm")
+    return f"{method}, " if isinstance(method, str) and method else ""
+
+
 def requested_capture_sizes(log: ServerLog) -> list[int] | None:
     """Capture sizes the user asked for: --compilation-config or --cuda-graph-sizes."""
     comp = arg(log, "compilation_config")
@@ -82,10 +93,10 @@ def _capture_rounded(log: ServerLog) -> list[Trap]:
     top = log.value("max_cudagraph_capture_size") or max(sizes)
     off = [s for s in sizes if s % q]
     where = f"the engine config line (line {obs.line})" if obs is not None else "the arguments"
-    text = (f"{k} speculative tokens: every decode step is a multiple of {q} tokens, and the model "
-            f"runner (adjust_cudagraph_sizes_for_spec_decode) rounds cudagraph_capture_sizes up to "
-            f"multiples of {q}, dropping those above the max, after the config line is printed "
-            "(with MTP and 3 speculative tokens [1, 2, 4, 8, 16, 32, 64] became [4, 8, 16, 32, 64])")
+    text = (f"{spec_method(log)}{k} speculative tokens: every decode step is a multiple of {q} "
+            "tokens, and the model runner (adjust_cudagraph_sizes_for_spec_decode) rounds "
+            f"cudagraph_capture_sizes up to multiples of {q}, dropping those above the max, after "
+            "the config line is printed")
     if off:
         text += f"; {where} still lists {off}, which are not multiples of {q}"
     counts = [(QUANT, log.value(name)) for name, QUANT in (

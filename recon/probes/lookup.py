@@ -13,6 +13,7 @@ Two ways to answer, one shape of answer (:class:`Definition`):
 from __future__ import annotations
 
 import ast
+import difflib
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ class IndexLookup:
         if fn is None:
             if f"{module}:{attr}" in idx.classes:
                 raise LookupProblem(f"{attr} in {info.path} is a class, not a function")
-            raise LookupProblem(f"{attr} is not defined in {info.path}")
+            raise LookupProblem(f"{attr} is not defined in {info.path}"
+                                + idx._suggest(f"{module}:{attr}", idx.functions))
         if "<locals>" in fn.name:
             raise LookupProblem(f"{attr} is a nested function: not reachable as an attribute")
         kind = fn.kind
@@ -127,7 +129,9 @@ class AstLookup:
             raise LookupProblem(f"{rel} does not parse: {err.msg} (line {err.lineno})") from err
         node, parent = _find(tree, attr.split("."))
         if node is None:
-            raise LookupProblem(f"{attr} is not defined in {rel}")
+            close = difflib.get_close_matches(attr, _defined(tree), n=5, cutoff=0.6)
+            raise LookupProblem(f"{attr} is not defined in {rel}" + (
+                f"; did you mean: {', '.join(f'{module}:{c}' for c in close)}?" if close else ""))
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             raise LookupProblem(f"{attr} in {rel} is a class, not a function")
         args = node.args
@@ -212,6 +216,15 @@ def _kind(node: ast.FunctionDef | ast.AsyncFunctionDef, parent: ast.AST | None) 
     if decorators & {"property", "setter", "getter", "deleter"}:
         return "property"
     return "method"
+
+
+def _defined(tree: ast.Module) -> list[str]:
+    """The functions and classes a module defines, with their methods (``Class.method``)."""
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    out = [n.name for n in tree.body if isinstance(n, defs)]
+    out += [f"{c.name}.{m.name}" for c in tree.body if isinstance(c, ast.ClassDef)
+            for m in c.body if isinstance(m, defs)]
+    return out
 
 
 def _module_names(tree: ast.Module) -> set[str]:

@@ -25,6 +25,7 @@ from .base import (
     config_key,
     load_model_config,
     options_read,
+    summarize,
 )
 from .flags import ServeFlags, parse_flags
 from .registry import all_recipes, get, register
@@ -52,16 +53,21 @@ def run_recipe(name: str, snapshot: Snapshot | str | Path, *, config: str | Path
     ctx = RecipeContext(snap, cfg, flags, config_path=None if isinstance(config, dict) else
                         (str(config) if config else None), options=Options(options or {}))
     if recipe.engine not in ("any", snap.package):
-        return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False,
-                            reason=f"this recipe reads {recipe.engine}, the snapshot holds {snap.package}")
+        res = RecipeResult(recipe.name, snap.name, ctx.release, applicable=False,
+                           reason=f"this recipe reads {recipe.engine}, the snapshot holds {snap.package}")
+        res.summary = summarize(recipe, res)
+        return res
     try:
         with options_read(ctx.options, f"recipe {recipe.name}"):
             res = recipe.run(ctx)
     except NotApplicable as err:  # the release lacks the logic: its options are moot
-        return RecipeResult(recipe.name, snap.name, ctx.release, applicable=False, reason=str(err))
+        res = RecipeResult(recipe.name, snap.name, ctx.release, applicable=False, reason=str(err))
+        res.summary = summarize(recipe, res)
+        return res
     if "flags" in vars(ctx) and ctx.flags.ignored:  # a slicing recipe read recon's flag table
         res.notes.append("flags not used by this recipe's table were ignored: "
                          + " ".join(ctx.flags.ignored))
+    res.summary = res.summary or summarize(recipe, res)
     return res
 
 

@@ -143,6 +143,9 @@ class RecipeResult:
     recipe: str
     snapshot: str
     release: str
+    #: the answer in one sentence, in the user's terms, shown before everything else: set by
+    #: :func:`recon.recipes.run_recipe` from the recipe's :attr:`Recipe.summarize`
+    summary: str = ""
     applicable: bool = True
     reason: str | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
@@ -156,15 +159,22 @@ class RecipeResult:
     #: why part of the answer is not what the engine would print (shown, then exit 7), or None
     undecided: str | None = None
 
+    @property
+    def answer(self) -> str:
+        """The one-sentence answer (:attr:`summary`), for callers that ask for it by that name."""
+        return self.summary
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def to_markdown(self) -> str:
-        """A section a person can paste into an incident write-up."""
+        """A section a person can paste into an incident write-up: the answer's sentence first."""
         out = [f"### {self.recipe} — {self.release}", ""]
         if not self.applicable:
-            out += [f"Not applicable to {self.release}: {self.reason}", ""]
+            out += [self.summary or f"Not applicable to {self.release}: {self.reason}", ""]
             return "\n".join(out)
+        if self.summary:
+            out += [self.summary, ""]
         if self.inputs:
             out += ["Inputs: " + ", ".join(f"`{k}={_short(v)}`" for k, v in self.inputs.items()), ""]
         if self.values:
@@ -194,12 +204,15 @@ class RecipeResult:
         """Rich tables on a terminal."""
         from rich.panel import Panel
         from rich.table import Table as RTable
+        from rich.text import Text
 
         head = f"[bold]{self.recipe}[/] on {self.release}"
         if not self.applicable:
-            console.print(Panel(f"not applicable: {self.reason}", title=head, border_style="yellow",
-                                expand=False))
+            console.print(Panel(Text(self.summary or f"not applicable: {self.reason}"), title=head,
+                                border_style="yellow", expand=False))
             return
+        if self.summary:
+            console.print(Text(self.summary, style="bold"))
         if self.values:
             vt = RTable(title=head, show_header=False)
             vt.add_column("quantity", style="cyan")
@@ -324,6 +337,9 @@ class Recipe:
     #: answered in engine mode: the release's own parser reads the whole command line, and
     #: ``reads_flags``/``reads_config`` are what ``--set mode=slice`` (recon's reading) reads
     engine_mode: bool = False
+    #: the answer's one sentence, built from the result's own fields (values, inputs, tables,
+    #: verdicts), or None where they do not hold it: then :func:`summarize` says the gravest verdict
+    summarize: Callable[[RecipeResult], str | None] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "title": self.title, "why": self.why,
@@ -351,3 +367,39 @@ def config_key(cfg: dict[str, Any], *keys: str, default: Any = ..., nested: str 
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+#: findings that state what recon assumed or quoted, not a verdict (never an answer's sentence)
+_NOT_VERDICTS = ("assumed ", "the release logged: ", "the release logs: ")
+
+
+def summarize(recipe: Recipe | None, res: RecipeResult) -> str:
+    """The one sentence that opens ``res``: the recipe's own, else its gravest verdict, else its
+    first value; for a release without the logic, why not."""
+    if not res.applicable:
+        return f"{res.recipe} does not apply to {res.release}: {res.reason}"
+    said = recipe.summarize(res) if recipe is not None and recipe.summarize is not None else None
+    if said:
+        return said
+    for level in ("error", "warn", "ok"):
+        for f in res.findings:
+            if f.level == level and not f.text.startswith(_NOT_VERDICTS):
+                return f.text
+    if res.values:
+        key, value = next(iter(res.values.items()))
+        return f"{key}: {_short(value, 200)}"
+    return f"{res.recipe} ran on {res.release} (see the tables)"
+
+
+def value_of(res: RecipeResult, *keys: str) -> Any:
+    """The first of ``keys`` that ``res.values`` holds (not None): engine mode and
+    ``--set mode=slice`` name the same quantity differently."""
+    for key in keys:
+        if res.values.get(key) is not None:
+            return res.values[key]
+    return None
+
+
+def count(n: int, what: str) -> str:
+    """``1 request``, ``3 requests``."""
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"

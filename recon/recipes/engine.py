@@ -24,6 +24,7 @@ The options every engine-backed recipe shares (``--set``):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_confi
 from ..engine.gpus import board_for
 from ..errors import ReconError
 from .base import Finding, NotApplicable, Provenance, RecipeContext, RecipeResult
+from .flags import flag_hints
 
 #: the options :func:`engine_facts` reads (every engine-backed recipe accepts them all)
 ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count")
@@ -101,11 +103,13 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
                      sort_keys=True, default=str)
     if key not in _MEMO:
         try:
-            _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board, usage=req["usage"],
-                                       files=model_files(ctx.config_path),
-                                       gpu_count=req["gpu_count"], kv_memory_gib=req["kv_memory_gib"],
-                                       attention_backend=req["attention_backend"],
-                                       logged_args=logged)
+            with flag_hints(ctx.snapshot):
+                _MEMO[key] = engine_config(ctx.snapshot, command, config, gpu=board,
+                                           usage=req["usage"], files=model_files(ctx.config_path),
+                                           gpu_count=req["gpu_count"],
+                                           kv_memory_gib=req["kv_memory_gib"],
+                                           attention_backend=req["attention_backend"],
+                                           logged_args=logged)
         except ReconError as err:
             if ctx.config is not None:
                 raise
@@ -129,7 +133,9 @@ def result(recipe: str, ctx: RecipeContext, facts: EngineFacts, said: list[str],
     for line in [*facts.assumptions, *said]:
         res.findings.append(Finding("info", "assumed " + line))
     for warn in facts.warnings:
-        res.findings.append(Finding("warn", f"{warn.get('stage')}: {warn.get('error')}"))
+        # a step whose failure the answer leaves out ("not counted") is said, not warned about
+        level = "info" if "not counted" in str(warn.get("stage")) else "warn"
+        res.findings.append(Finding(level, f"{warn.get('stage')}: {raised(warn)}"))
     for rec in facts.log:
         if rec.get("level") in ("INFO", "WARNING") and _worth_quoting(rec.get("message", "")):
             res.findings.append(Finding("info", "the release logged: " + rec["message"]))
@@ -144,6 +150,21 @@ def result(recipe: str, ctx: RecipeContext, facts: EngineFacts, said: list[str],
 _QUOTE = ("Setting attention block size", "Padding mamba page size", "GPU KV cache size",
           "Maximum concurrency", "Add ", "Setting kv cache block size", "cudagraph",
           "CUDA graph", "max_num_batched_tokens", "Mamba cache mode", "Chunked prefill")
+
+
+def raised(warn: dict[str, Any]) -> str:
+    """What a step of the release raised, readable when the exception has no message
+    (``AssertionError: `` becomes ``AssertionError with no message, at vllm/x.py:12 in f``)."""
+    error = str(warn.get("error") or "an error")
+    kind, sep, message = error.partition(":")
+    if sep and message.strip() or " " in kind.strip():
+        return error
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', str(warn.get("traceback") or ""))
+    where = ""
+    if frames:
+        path, line, func = frames[-1]
+        where = f", at {re.sub(r'^.*?/(?=vllm/|sglang/)', '', path)}:{line} in {func}"
+    return f"{kind.strip()} with no message{where}"
 
 
 def replaced_note(facts: EngineFacts) -> str:

@@ -10,9 +10,12 @@ a word where a number belongs) is a :class:`ReconError` naming the flag.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
+import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,3 +173,59 @@ def parse_flags(command: str | Iterable[str] | None) -> ServeFlags:
             value = _convert(name, kind, text)
         out.values[key] = value
     return out
+
+
+#: files where releases declare their serve flags (vLLM's EngineArgs and front end, SGLang's
+#: ServerArgs): their dataclass fields and ``"--flag"`` literals are the flags a parser knows
+_FLAG_FILES = ("arg_utils.py", "cli_args.py", "server_args.py")
+_FIELD = re.compile(r"^ {4}([a-z][a-z0-9_]*)\s*:", re.MULTILINE)
+_LITERAL = re.compile(r"[\"'](--[a-z][a-z0-9-]*)[\"']")
+
+
+def release_flags(snapshot: Any) -> set[str]:
+    """The ``--flags`` a release's own parser declares, read from its source (no import)."""
+    flags: set[str] = set()
+    for rel in snapshot.files:
+        if rel.rpartition("/")[2] in _FLAG_FILES:
+            try:
+                text = snapshot.read_text(rel)
+            except (OSError, ReconError, UnicodeDecodeError):
+                continue
+            flags |= {"--" + f.replace("_", "-") for f in _FIELD.findall(text)}
+            flags |= set(_LITERAL.findall(text))
+    return flags
+
+
+def flag_typo_hint(snapshot: Any, message: str) -> str:
+    """``; did you mean --max-num-seqs (for --max-num-seqss)?`` for the flags an argparse
+    refusal names (``unrecognized arguments: ...``), or "" when none is close to a known one."""
+    _, found, rest = message.rpartition("unrecognized arguments:")
+    if not found:
+        return ""
+    known = sorted(release_flags(snapshot))
+    said = []
+    for word in rest.split():
+        typed = word.split("=", 1)[0]
+        if not typed.startswith("--"):
+            continue
+        close = difflib.get_close_matches(typed, known, n=3, cutoff=0.75)
+        if close:
+            said.append(f"{' or '.join(close)} (for {typed})")
+    return f"; did you mean {'; '.join(said)}?" if said else ""
+
+
+@contextlib.contextmanager
+def flag_hints(snapshot: Any) -> Iterator[None]:
+    """The release's parser refusing a flag: its own last line, and the close flags it knows."""
+    try:
+        yield
+    except ReconError as err:
+        text = str(err)
+        hint = flag_typo_hint(snapshot, text)
+        if not hint:
+            raise
+        label, _, said = text.partition(": ")
+        last = [ln for ln in said.splitlines() if ln.strip()][-1:] or [said]
+        new = type(err)(f"{label}: {last[0].strip()}{hint}")
+        new.where = err.where
+        raise new from err

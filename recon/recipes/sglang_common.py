@@ -19,6 +19,7 @@ from ..engine.gpus import gpu as lookup_gpu
 from ..engine.sglang import MemoryFigures, ServerArgsFacts, SglangNotApplicable, server_args
 from ..errors import ReconError
 from .base import NotApplicable, RecipeContext, RecipeResult, load_model_config
+from .flags import flag_hints
 from .options import opt_float
 
 _MEMO: dict[str, ServerArgsFacts] = {}
@@ -160,8 +161,9 @@ def facts_for(ctx: RecipeContext, memory: MemoryFigures | None = None
                       asked], sort_keys=True, default=str)
     if key not in _MEMO:
         try:
-            _MEMO[key] = server_args(ctx.snapshot, ctx.command, config, gpu=board,
-                                     gpu_count=count, draft_config=draft, memory=memory)
+            with flag_hints(ctx.snapshot):
+                _MEMO[key] = server_args(ctx.snapshot, ctx.command, config, gpu=board,
+                                         gpu_count=count, draft_config=draft, memory=memory)
         except SglangNotApplicable as err:
             raise NotApplicable(str(err).partition(": ")[2] or str(err)) from err
     return _MEMO[key], [how] if how else []

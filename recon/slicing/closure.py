@@ -273,7 +273,11 @@ class Walker:
         import difflib
 
         names = [n for n in model.bindings if not n.startswith("__")]
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        names += [f"{cm.node.name}.{m}" for cm in model.classes.values() for m in cm.member_bindings
+                  if m == name or difflib.SequenceMatcher(None, m, name).ratio() >= 0.8]
+        close = sorted(dict.fromkeys(difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+                                     + [n for n in names if n.endswith(f".{name}")]),
+                       key=lambda n: -difflib.SequenceMatcher(None, n.rpartition(".")[2], name).ratio())[:5]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         return f"{canonical}: {model.rel} defines no function or class {name!r}{hint}"
 

@@ -42,7 +42,7 @@ from typing import Any
 from ...engine.config import EngineFailed
 from ...errors import ReconError
 from ...slicing import Call, Py, run_calls
-from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table, value_of
 from ..engine import engine_facts
 from ..engine import result as engine_result
 from ..hybrid_common import (
@@ -680,6 +680,22 @@ def _tokens_from_log(lines: list[str]) -> int | None:
     return None
 
 
+def summary(res: RecipeResult) -> str | None:
+    """How many tokens the KV cache holds and how many full-context requests fit at once."""
+    tokens = value_of(res, "kv_cache_tokens", "GPU KV cache size (tokens)")
+    if not isinstance(tokens, int):
+        return None
+    conc = value_of(res, "max_concurrency", *[k for k in res.values
+                                              if k.startswith("maximum concurrency at")])
+    mml = value_of(res, "max_model_len") or res.inputs.get("max_model_len")
+    held = f"The GPU KV cache holds {tokens:,} tokens"
+    if not isinstance(conc, (int, float)) or not isinstance(mml, int):
+        return held + "."
+    if conc < 1:
+        return f"{held}: not one request of the full {mml:,}-token context fits ({conc:.2f}x)."
+    return f"{held}: {conc:.2f} requests of the full {mml:,}-token context fit at once."
+
+
 register(Recipe(
     name=NAME,
     engine="vllm",
@@ -707,4 +723,5 @@ register(Recipe(
          "--max-model-len 262144"),
     ],
     needs=("torch",),
+    summarize=summary,
 ))

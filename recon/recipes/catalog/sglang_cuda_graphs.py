@@ -23,7 +23,7 @@ from bisect import bisect_left
 from typing import Any
 
 from ...errors import ReconError
-from ..base import Finding, Recipe, RecipeContext, RecipeResult, Table
+from ..base import Finding, Recipe, RecipeContext, RecipeResult, Table, count
 from ..options import opt_ints
 from ..registry import register
 from ..sglang_common import DEMO_OPTIONS, DEMOS, pools_run
@@ -103,6 +103,27 @@ def run(ctx: RecipeContext) -> RecipeResult:
     return finish(res, facts, points[:1], run_.said)
 
 
+def summary(res: RecipeResult) -> str | None:
+    """Which running batches decode in a CUDA graph and from which size on they run eager."""
+    v = res.values
+    captured = v.get("cuda_graph_capture_bs")
+    if not isinstance(captured, list):
+        return None
+    per = v.get("tokens_per_request")
+    step = f" (each request verifies {per} tokens per step)" if isinstance(per, int) and per > 1 \
+        else ""
+    if not captured:
+        return f"No decode CUDA graph is captured: every running batch decodes eager{step}."
+    top = max(captured)
+    most = v.get("max_running_requests")
+    if isinstance(most, int) and most <= top:
+        return (f"Every running batch decodes in a CUDA graph{step}: {count(len(captured), 'size')} "
+                f"are captured, up to {top}, and max_running_requests is {most}.")
+    return (f"Running batches of up to {count(top, 'request')} decode in a CUDA graph "
+            f"({count(len(captured), 'captured size')}){step}; batches of {top + 1} or more run eager"
+            + (f" (max_running_requests {most})." if isinstance(most, int) else "."))
+
+
 register(Recipe(
     name=NAME,
     engine="sglang",
@@ -122,4 +143,5 @@ register(Recipe(
     demos=list(DEMOS),
     demo_options=dict(DEMO_OPTIONS),
     needs=("torch",),
+    summarize=summary,
 ))

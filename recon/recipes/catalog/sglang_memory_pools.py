@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...engine.sglang import ServerArgsFacts
-from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table
+from ..base import Finding, Provenance, Recipe, RecipeContext, RecipeResult, Table, count
 from ..registry import register
 from ..sglang_common import DEMO_OPTIONS, DEMOS, pools_run
 
@@ -179,6 +179,26 @@ def finish(res: RecipeResult, facts: ServerArgsFacts, points: list[dict[str, Any
     return res
 
 
+def summary(res: RecipeResult) -> str | None:
+    """The KV pool in tokens and how many requests run at once, for the (first) memory figure."""
+    v = res.values
+    points = v.get("points")
+    first = points[0] if isinstance(points, list) and points else v
+    tokens = first.get("max_total_num_tokens")
+    if not isinstance(tokens, int):
+        return None
+    most = first.get("max_running_requests")
+    mamba = first.get("max_mamba_cache_size")
+    out = f"With {first.get('available_gb')} GB free, the KV pool holds {tokens:,} tokens"
+    if isinstance(most, int):
+        out += f" and at most {count(most, 'request')} run at once"
+    if isinstance(mamba, int):
+        out += f" ({count(mamba, 'mamba state')})"
+    if isinstance(points, list) and len(points) > 1:
+        out += f"; {count(len(points) - 1, 'more memory figure')} in the table"
+    return out + "."
+
+
 register(Recipe(
     name=NAME,
     engine="sglang",
@@ -199,4 +219,5 @@ register(Recipe(
     demos=list(DEMOS),
     demo_options=dict(DEMO_OPTIONS),
     needs=("torch",),
+    summarize=summary,
 ))

@@ -182,6 +182,29 @@ def _replaced_note(facts: ServerArgsFacts) -> str:
         f"; {len(facts.ran)} functions of the snapshot ran (--json lists them)"
 
 
+#: how the summary names the key fields it reads, in its order
+_SAID = (("chunked_prefill_size", "chunked prefill {} tokens"), ("page_size", "page size {}"),
+         ("mem_fraction_static", "mem_fraction_static {}"),
+         ("cuda_graph_max_bs", "decode CUDA graphs up to batch {}"),
+         ("max_running_requests", "max_running_requests {}"),
+         ("attention_backend", "attention backend {}"))
+
+
+def summary(res: RecipeResult) -> str | None:
+    """What the release resolves the command line to, and whether it would launch."""
+    v = res.values
+    refused = next((f.text for f in res.findings if f.level == "error"), None)
+    said = [form.format(v[name]) for name, form in _SAID if v.get(name) is not None]
+    if v.get("disable_overlap_schedule") is not None:
+        said.append("overlap scheduler " + ("off" if v["disable_overlap_schedule"] else "on"))
+    if not said and refused is None:
+        return None
+    out = "The release resolves your command line to " + ", ".join(said) if said else ""
+    if refused is not None:
+        return (out + "; but " if out else "") + refused + "."
+    return out + "."
+
+
 register(Recipe(
     name=NAME,
     engine="sglang",
@@ -202,4 +225,5 @@ register(Recipe(
     demos=[("qwen3-next-80b-a3b-instruct.json",
             "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
     needs=("torch",),
+    summarize=summary,
 ))

@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import ReconError
 from ...slicing import Call, Py, RunFailed, RunResult, run_calls
-from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table, count
 from ..hybrid_common import child_events, child_helpers, find_method, functions_named, provenance_of
 from ..options import opt_bools, opt_int, opt_ints
 from ..registry import register
@@ -432,6 +432,22 @@ def _findings_and_notes(ctx: RecipeContext, t: _Track, built: _Calls, rb: _ReadB
                          "definition, ceil division")
 
 
+def summary(res: RecipeResult) -> str | None:
+    """Whether every tracked index of the batch stays inside what it indexes."""
+    rows = next((t.rows for t in res.tables if t.title == "per sequence"), [])
+    if not rows:
+        return None
+    bad = [f.text for f in res.findings if f.level == "error" and f.text.startswith("seq ")]
+    where = (f"NT = {res.values.get('chunk rows of h (NT)')} chunk rows of h, chunk size "
+             f"{res.values.get('chunk size')}")
+    if bad:
+        what = "tracked index is" if len(bad) == 1 else "tracked indices are"
+        return f"{len(bad)} {what} out of range in this batch ({where}): {bad[0]}."
+    tracked = sum(1 for r in rows if r[3])
+    return (f"Every tracked index of this batch is in range: {tracked} of its "
+            f"{count(len(rows), 'sequence')} tracked ({where}).")
+
+
 register(Recipe(
     name=NAME,
     engine="sglang",
@@ -449,4 +465,5 @@ register(Recipe(
     demos=[("qwen3-next-80b-a3b-instruct.json",
             "python -m sglang.launch_server --model-path Qwen/Qwen3-Next-80B-A3B-Instruct --tp 4")],
     needs=("torch",),
+    summarize=summary,
 ))

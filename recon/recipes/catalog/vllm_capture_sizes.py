@@ -36,7 +36,16 @@ from typing import Any
 from ...engine.config import EngineFailed
 from ...errors import ReconError
 from ...slicing import Call, Py, RunResult, run_calls
-from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..base import (
+    Finding,
+    NotApplicable,
+    Recipe,
+    RecipeContext,
+    RecipeResult,
+    Table,
+    count,
+    value_of,
+)
 from ..engine import engine_facts
 from ..engine import result as engine_result
 from ..registry import register
@@ -796,6 +805,40 @@ def _default_runner(t: Targets, chain: Chain) -> str | None:
     return "V2 (VllmConfig.use_v2_model_runner with VLLM_USE_V2_MODEL_RUNNER unset; =0 selects V1)"
 
 
+def summary(res: RecipeResult) -> str | None:
+    """Which decode batches run in a CUDA graph and from how many requests on they run eager,
+    in requests and tokens (engine mode's answer, or the default runner's of slicing mode)."""
+    v = res.values
+    runner = "V2" if str(v.get("default model runner", "")).startswith("V2") else "V1"
+    k = v.get("num_speculative_tokens")
+    if k is None and isinstance(v.get("uniform decode query length (k+1)"), int):
+        k = v["uniform decode query length (k+1)"] - 1
+    top = value_of(res, "max_cudagraph_capture_size_resolved", f"{runner} runner: max capture size",
+                   "max_cudagraph_capture_size")
+    mode = value_of(res, "cudagraph_mode_resolved", f"{runner} runner: cudagraph mode", "cudagraph_mode")
+    seqs = value_of(res, "max_num_seqs") or res.inputs.get("max_num_seqs")
+    q = int(k or 0) + 1
+    method = v.get("speculative_method")
+    spec = (f"With {str(method).upper() + ' ' if method else ''}k={k} ({q} tokens per request "
+            "per decode step), " if k else "Without speculative decoding (1 token per request "
+            "per decode step), ")
+    if str(mode).upper() == "NONE":
+        return f"{spec}every decode step runs eager: the cudagraph mode is NONE."
+    if not isinstance(top, int):
+        return None
+    fit = top // q
+    if fit < 1:
+        return (f"{spec}every decode step runs eager: the largest CUDA graph ({top} tokens) is "
+                "smaller than one request's step.")
+    holds = f"the largest CUDA graph holds {top} tokens" + (
+        f" = {count(fit, 'request')} x {q}" if q > 1 else "")
+    if isinstance(seqs, int) and seqs <= fit:
+        return (f"{spec}every decode batch runs in a CUDA graph, up to --max-num-seqs "
+                f"{count(seqs, 'request')} ({holds}).")
+    return (f"{spec}decode batches of {fit + 1} or more requests ({(fit + 1) * q}+ tokens) run "
+            f"eager, outside any CUDA graph ({holds}).")
+
+
 register(Recipe(
     name=NAME,
     engine="vllm",
@@ -825,4 +868,5 @@ register(Recipe(
                "--max-num-batched-tokens 8192"),
     ],
     needs=("torch",),
+    summarize=summary,
 ))

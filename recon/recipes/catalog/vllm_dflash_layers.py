@@ -254,6 +254,35 @@ def _target_layers(ctx: RecipeContext, cfg: dict[str, Any], res: RecipeResult,
                          "entering layer id+1, i.e. leaving layer id")
 
 
+def summary(res: RecipeResult) -> str | None:
+    """The draft layers' attention (causal or not, windows) and the target layers feeding it."""
+    rows = next((t.rows for t in res.tables if t.title == "draft layers"), [])
+    refused = [r[3] for r in rows if r[3]]
+    if refused:
+        return f"The release rejects this draft config: {refused[0]}."
+    v = res.values
+    kinds = [r[1] for r in rows]
+    windows = sorted({r[2] for r in rows if isinstance(r[2], int)})
+    if kinds:
+        shape = (f"all {len(kinds)} draft layers are {kinds[0]}" if len(set(kinds)) == 1 else
+                 f"{kinds.count('non-causal')} of the {len(kinds)} draft layers are non-causal")
+    elif isinstance(v.get("any layer non-causal"), bool):
+        shape = "some draft layer is non-causal" if v["any layer non-causal"] else \
+            "every draft layer is causal"
+    else:
+        return None
+    shape += f" ({'sliding window' if len(windows) == 1 else 'windows'} {', '.join(map(str, windows))})" \
+        if windows else ""
+    ids, depth = v.get("dflash_config.target_layer_ids"), v.get("target model layers")
+    if isinstance(ids, list):
+        shape += f"; they read the hidden states of target layers {ids}"
+        if isinstance(depth, int):
+            bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < depth)]
+            shape += (f", of which {bad} do not exist in the {depth}-layer target" if bad else
+                      f", all in the {depth}-layer target")
+    return shape[0].upper() + shape[1:] + "."
+
+
 register(Recipe(
     name=NAME,
     engine="vllm",
@@ -271,4 +300,5 @@ register(Recipe(
     demos=[("qwen3-8b-dflash-b16.json", "vllm serve Qwen/Qwen3-8B --speculative-config "
             "'{\"method\": \"dflash\", \"model\": \"z-lab/Qwen3-8B-DFlash-b16\", "
             "\"num_speculative_tokens\": 15}'")],
+    summarize=summary,
 ))

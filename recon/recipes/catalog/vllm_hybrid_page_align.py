@@ -54,7 +54,7 @@ from typing import Any
 
 from ...errors import ReconError
 from ...slicing import Call, Py, RunFailed, RunResult, run_calls
-from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table
+from ..base import Finding, NotApplicable, Recipe, RecipeContext, RecipeResult, Table, value_of
 from ..engine import engine_facts
 from ..engine import result as engine_result
 from ..hybrid_common import (
@@ -756,6 +756,30 @@ def _notes(res: RecipeResult, model: _Model, inp: _Inputs, rb: _ReadBack) -> Non
     res.notes += sorted(f"stub assumption: {a}" for a in assumptions)
 
 
+def summary(res: RecipeResult) -> str | None:
+    """The attention block size the release settles on and how much of a mamba page is padding."""
+    v = res.values
+    block = value_of(res, "attention_block_size", "attention block size (tokens)")
+    if block is None:
+        return None
+    hybrid = v.get("hybrid attention/mamba model")
+    if hybrid is None:
+        hybrid = any(k in v for k in ("mamba_padding_pct", "mamba_page_size_padded",
+                                      "mamba padding"))
+    if not hybrid:
+        return (f"Not a hybrid attention/mamba model: the attention block size is {block} tokens "
+                "(the attention backend's) and nothing is padded.")
+    pct = value_of(res, "mamba_padding_pct", "mamba padding")
+    padded = f"{pct:.2f}%" if isinstance(pct, (int, float)) else str(pct or "0%").split(" ")[0]
+    out = (f"The attention block size is {block} tokens and each mamba page is padded by "
+           f"{padded}, so attention and mamba pages share one block pool")
+    mode = value_of(res, "mamba_cache_mode", "mamba cache mode")
+    if mode == "align":
+        out += (f"; align mode: the mamba block size is "
+                f"{value_of(res, 'mamba_block_size', 'mamba block size')} tokens")
+    return out + "."
+
+
 register(Recipe(
     name=NAME,
     engine="vllm",
@@ -781,4 +805,5 @@ register(Recipe(
         ("jamba-1.5-mini.json", "vllm serve ai21labs/AI21-Jamba-1.5-Mini --tensor-parallel-size 2"),
     ],
     needs=("torch",),
+    summarize=summary,
 ))

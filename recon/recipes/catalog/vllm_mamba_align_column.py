@@ -385,6 +385,38 @@ def _findings(res: RecipeResult, setup: Setup, main: ReleaseAnswer, other: Relea
                          "they part")
 
 
+def summary(res: RecipeResult) -> str | None:
+    """Where a resumed prefix seeds the running mamba state, against its block-table row, per
+    release compared."""
+    table = next((t for t in res.tables if t.title.startswith("running mamba state column")), None)
+    if table is None or not table.rows:
+        return None
+    said = [_release_sentence(table, j) for j in range((len(table.columns) - 1) // 4)]
+    out = "; ".join(said)
+    return out[0].upper() + out[1:] + "."
+
+
+def _release_sentence(table: Table, j: int) -> str:
+    """One release's columns (the table's j-th group of four) in words."""
+    release = table.columns[1 + 4 * j].removeprefix("column (").removesuffix(")")
+    width = table.rows[0][3 + 4 * j]
+    bad = [(r[0], r[1 + 4 * j]) for r in table.rows if r[4 + 4 * j] != "in range"]
+    if len(table.rows) == 1:
+        n, col = table.rows[0][0], table.rows[0][1 + 4 * j]
+        where = ("inside it" if not bad else
+                 "past it: the align pre-copy reads a garbage block id (a CUDA illegal memory access)")
+        return (f"in {release} a resumed prefix of {n:,} tokens seeds the running mamba state at "
+                f"column {col} of a {width}-wide block-table row, {where}")
+    if not bad:
+        cols = [r[1 + 4 * j] for r in table.rows]
+        return (f"in {release} all {len(table.rows)} prefixes (up to {table.rows[-1][0]:,} tokens) "
+                f"seed the running mamba state inside the {width}-wide block-table row (columns "
+                f"{min(cols)} to {max(cols)})")
+    return (f"in {release} {len(bad)} of {len(table.rows)} prefixes seed the running mamba state "
+            f"past the {width}-wide block-table row (a prefix of {bad[0][0]:,} tokens: column "
+            f"{bad[0][1]}), a CUDA illegal memory access")
+
+
 register(Recipe(
     name=NAME,
     engine="vllm",
@@ -410,4 +442,5 @@ register(Recipe(
          "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'"),
     ],
     needs=("torch",),
+    summarize=summary,
 ))
