@@ -109,11 +109,11 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
         img = r["image"]
         if img["note"]:
             console.print(f"[bold]image[/]: [dim]{img['note']}[/]")
-        if img["fields"] or img["env"] or img["labels"]:
+        if img["fields"] or img["env"] or img["labels"] or img["layers"]:
             t = _table("image", "what", "key", "A", "B")
             for k, va, vb in img["fields"]:
                 t.add_row("config", escape(k), escape(str(va)), escape(str(vb)))
-            for what in ("env", "labels"):
+            for what in ("env", "labels", "layers"):
                 for k, change, va, vb in img[what]:
                     t.add_row(f"{what} ({_kind(change)})", escape(k), escape(str(va)), escape(str(vb)))
             console.print(t)

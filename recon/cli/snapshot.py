@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..acquire.sources.base import Layer
     from ..errors import PackageNotFound
+    from ..snapshots.manifest import Manifest
     from ..snapshots.model import Snapshot
 
 HELP = """Get a package's exact source out of an image without starting it.
@@ -109,19 +110,42 @@ def _show(snap: Snapshot, as_json: bool) -> None:
     t.add_row("distributions", str(len(m.distributions)))
     t.add_row("created", f"{m.created} by recon {m.tool.get('version')}")
     console.print(t)
+    _show_layers(m)
+
+
+def _show_layers(m: Manifest) -> None:
+    """The layers table: per layer, the package files it provides, where the files say it."""
+    from rich.table import Table
+
+    from ..acquire.sources.daemon import is_merged_view
+
     layers = m.layers
-    if layers:
-        counts: dict[int, int] = {}
-        for rec in m.files.values():
-            if rec.layer is not None:
-                counts[rec.layer] = counts.get(rec.layer, 0) + 1
-        lt = Table(title="layers (files of the package each one provides)")
-        for col in ("#", "digest", "size", "package files"):
-            lt.add_column(col, justify="right" if col != "digest" else "left")
-        for layer in layers:
-            lt.add_row(str(layer["index"]), layer["digest"][:27], human_bytes(layer.get("size", 0)),
-                       str(counts.get(layer["index"], 0)))
+    if not layers:
+        return
+    if any(is_merged_view(layer) for layer in layers):
+        ids = m.source.get("layer_diff_ids") or []
+        lt = Table(title=f"layers ({len(ids)} in the image; files not credited to a layer)")
+        for col in ("#", "diff id"):
+            lt.add_column(col, justify="right" if col == "#" else "left")
+        for i, diff_id in enumerate(ids):
+            lt.add_row(str(i), escape(str(diff_id))[:27])
         console.print(lt)
+        console.print(f"The files were read from the engine's merged view of the image (read: "
+                      f"{escape(str(m.source.get('read')))}), so none says which layer it came from; "
+                      "`recon snapshot take docker:REF --layers` reads the layers through "
+                      "`docker save` and records each file's layer.")
+        return
+    counts: dict[int, int] = {}
+    for rec in m.files.values():
+        if rec.layer is not None:
+            counts[rec.layer] = counts.get(rec.layer, 0) + 1
+    lt = Table(title="layers (files of the package each one provides)")
+    for col in ("#", "digest", "size", "package files"):
+        lt.add_column(col, justify="right" if col != "digest" else "left")
+    for layer in layers:
+        lt.add_row(str(layer["index"]), layer["digest"][:27], human_bytes(layer.get("size", 0)),
+                   str(counts.get(layer["index"], 0)))
+    console.print(lt)
 
 
 def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:

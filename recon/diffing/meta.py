@@ -57,7 +57,31 @@ def diff_image(a: Snapshot, b: Snapshot) -> ImageDiff:
         note = f"only {'B' if ia is None else 'A'} is a container image"
     return ImageDiff(env=keyed_diff(_env(ia), _env(ib)),
                      labels=keyed_diff((ia or {}).get("labels") or {}, (ib or {}).get("labels") or {}),
-                     fields=fields, note=note)
+                     fields=fields, note=note, layers=diff_layers(image_layers(a), image_layers(b)))
+
+
+def image_layers(snap: Snapshot) -> list[str]:
+    """The image's layers, bottom first, by diff id, as the manifest records them ([] when it
+    does not: not an image, or one layer standing for the engine's merged view)."""
+    from ..acquire.sources.daemon import is_merged_view
+
+    m = snap.manifest
+    listed = m.source.get("layer_diff_ids")
+    if listed:
+        return [str(d) for d in listed]
+    if m.image is None or any(is_merged_view(layer) for layer in m.layers):
+        return []
+    return [str(layer.get("diff_id") or layer.get("digest")) for layer in m.layers]
+
+
+def diff_layers(a: list[str], b: list[str]) -> KeyedDiff:
+    """Layers only B has (added) and only A has (removed), each with its place in its image."""
+    out = KeyedDiff()
+    if not (a and b):
+        return out
+    out.added = {d: f"layer {i} of {len(b)}" for i, d in enumerate(b) if d not in a}
+    out.removed = {d: f"layer {i} of {len(a)}" for i, d in enumerate(a) if d not in b}
+    return out
 
 
 def _dists(snap: Snapshot) -> dict[str, str]:

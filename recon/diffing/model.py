@@ -438,12 +438,15 @@ class ImageDiff:
     labels: KeyedDiff
     fields: dict[str, tuple[Any, Any]]  # entrypoint, cmd, working_dir, user, python, ... (old, new)
     note: str | None = None  # e.g. "neither side is an image"
+    #: the image's layers (diff ids) only A has (removed) or only B has (added): "layer N"
+    layers: KeyedDiff = field(default_factory=KeyedDiff)
 
     def __bool__(self) -> bool:
-        return bool(self.env or self.labels or self.fields)
+        return bool(self.env or self.labels or self.fields or self.layers)
 
     def to_json(self) -> dict[str, Any]:
         return {"env": self.env.to_json(), "labels": self.labels.to_json(),
+                "layers": self.layers.to_json(),
                 "fields": {k: {"old": a, "new": b} for k, (a, b) in self.fields.items()},
                 "note": self.note}
 

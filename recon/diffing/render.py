@@ -128,7 +128,8 @@ def rows(result: DiffResult, *, all_moved: bool = False, limit: int = LIMIT) -> 
         img = result.image
         out["image"] = {"note": img.note,
                         "fields": [(k, _text(a), _text(b)) for k, (a, b) in img.fields.items()],
-                        "env": keyed_rows(img.env), "labels": keyed_rows(img.labels)}
+                        "env": keyed_rows(img.env), "labels": keyed_rows(img.labels),
+                        "layers": keyed_rows(img.layers)}
     if result.distributions is not None:
         out["distributions"] = keyed_rows(result.distributions)
     if result.files is not None:
@@ -228,11 +229,11 @@ def _md_image(img: dict[str, Any]) -> list[str]:
         out += [f"_{img['note']}_", ""]
     if img["fields"]:
         out += _md_table(["field", "A", "B"], img["fields"]) + [""]
-    for name in ("env", "labels"):
-        if img[name]:
-            out += [f"**{'Environment' if name == 'env' else 'Labels'}**", ""]
+    for name, title in (("env", "Environment"), ("labels", "Labels"), ("layers", "Layers")):
+        if img.get(name):
+            out += [f"**{title}**", ""]
             out += _md_table(["key", "change", "A", "B"], img[name]) + [""]
-    if not (img["fields"] or img["env"] or img["labels"] or img["note"]):
+    if not (img["fields"] or img["env"] or img["labels"] or img.get("layers") or img["note"]):
         out += ["No differences.", ""]
     return out
 
@@ -486,10 +487,10 @@ def _html_image(img: dict[str, Any]) -> list[str]:
         out.append(f"<p class='muted'>{_h(img['note'])}</p>")
     if img["fields"]:
         out.append(_html_table(["field", "A", "B"], img["fields"]))
-    for name, title in (("env", "Environment"), ("labels", "Labels")):
-        if img[name]:
+    for name, title in (("env", "Environment"), ("labels", "Labels"), ("layers", "Layers")):
+        if img.get(name):
             out.append(f"<h3>{title}</h3>" + _html_table(["key", "change", "A", "B"], img[name]))
-    if not (img["fields"] or img["env"] or img["labels"] or img["note"]):
+    if not (img["fields"] or img["env"] or img["labels"] or img.get("layers") or img["note"]):
         out.append("<p>No differences.</p>")
     return out
 

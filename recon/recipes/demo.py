@@ -15,6 +15,8 @@ a demo that is killed keeps what finished; its summary table opens it.
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,10 +49,13 @@ class Section:
     result: RecipeResult | None = None
     failure: str | None = None  #: the one line a failure is
     seconds: float | None = None  #: None: not run (yet)
+    #: what sets this case apart from the recipe's other cases on the same config ("" if none)
+    case: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.recipe} · {self.config or 'no config'}"
+        head = f"{self.recipe} · {self.config or 'no config'}"
+        return f"{head} · {self.case}" if self.case else head
 
     @property
     def answer(self) -> str:
@@ -62,13 +67,17 @@ class Section:
         return one_sentence(self.result)
 
     def to_markdown(self) -> str:
-        out = [f"## {self.recipe} — `{self.config or 'no config'}`", "",
+        case = f" ({self.case})" if self.case else ""
+        out = [f"## {self.recipe} — `{self.config or 'no config'}`{case}", "",
                f"Flags: `{self.flags or '(none)'}`", ""]
         if self.failure is not None:
             return "\n".join(out + [f"**Failed** after {self.seconds or 0:.1f} s: {self.failure}", ""])
         assert self.result is not None
-        return "\n".join(out + [f"**Answer** ({self.seconds or 0:.1f} s): {self.answer}", "",
-                                self.result.to_markdown(), ""])
+        if self.result.summary or not self.result.applicable:  # its Markdown opens with the sentence
+            out.append(f"Answered in {self.seconds or 0:.1f} s.")
+        else:
+            out.append(f"**Answer** ({self.seconds or 0:.1f} s): {self.answer}")
+        return "\n".join(out + ["", self.result.to_markdown(), ""])
 
     def to_json(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "config": self.config, "flags": self.flags,
@@ -198,6 +207,61 @@ def plan_demo(only: list[str] | None = None) -> list[Section]:
         for cfg_name, flags in recipe.demos or [(None, recipe.example)]:
             out.append(Section(recipe.name, engine, cfg_name or "", flags, dict(recipe.demo_options),
                                tuple(recipe.needs)))
+    _name_cases(out)
+    return out
+
+
+def _name_cases(sections: list[Section]) -> None:
+    """Give sections of one recipe on one config a ``case``: the flags that differ between them."""
+    groups: dict[tuple[str, str], list[Section]] = {}
+    for s in sections:
+        groups.setdefault((s.recipe, s.config), []).append(s)
+    for group in (g for g in groups.values() if len(g) > 1):
+        parsed = [_options(s.flags) for s in group]
+        for n, (s, opts) in enumerate(zip(group, parsed, strict=True), 1):
+            s.case = ", ".join(_differences(opts, [p for p in parsed if p is not opts])) or f"case {n}"
+
+
+def _options(flags: str) -> dict[str, Any]:
+    """``--name value`` pairs of a command line (JSON values decoded; a bare flag is True)."""
+    try:
+        words = shlex.split(flags)
+    except ValueError:
+        return {}
+    out: dict[str, Any] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word.partition("=")
+        if not eq:
+            nxt = words[i + 1] if i + 1 < len(words) else "--"
+            value = nxt if not nxt.startswith("--") else ""
+        out[name] = _decoded(value) if value else True
+    return out
+
+
+def _decoded(value: str) -> Any:
+    try:
+        return json.loads(value) if value[:1] in "{[" else value
+    except ValueError:
+        return value
+
+
+def _differences(opts: dict[str, Any], others: list[dict[str, Any]]) -> list[str]:
+    """What in ``opts`` is not the same in every one of ``others``: ``key=value`` or ``--flag value``."""
+    out = []
+    for name in sorted(set(opts).union(*others)):
+        mine = opts.get(name)
+        if all(o.get(name) == mine for o in others):
+            continue
+        if mine is None:
+            out.append(f"without {name}")
+        elif isinstance(mine, dict):
+            keys = [k for k in mine if any(not isinstance(o.get(name), dict) or o[name].get(k) != mine[k]
+                                            for o in others)]
+            out += [f"{k}={json.dumps(mine[k], separators=(',', ':'))}" for k in keys]
+        else:
+            out.append(name if mine is True else f"{name} {mine}")
     return out
 
 

@@ -234,7 +234,7 @@ class DaemonLayer(Layer):
 
     def __init__(self, client: Any, cid: str, roots: list[str], digest: str,
                  stubs: list[Entry] | None = None, small_files: list[str] | None = None) -> None:
-        super().__init__(0, digest, media_type="docker-engine-view")
+        super().__init__(0, digest, media_type=ENGINE_VIEW)
         self.client = client
         self.cid = cid
         self.roots = roots
@@ -273,6 +273,15 @@ class DaemonLayer(Layer):
 
 
 READS = ("site", "package", "layers")
+#: the media type of the one layer that stands for the engine's merged view (archive API)
+ENGINE_VIEW = "docker-engine-view"
+
+
+def is_merged_view(layer: dict[str, Any]) -> bool:
+    """Whether a manifest's layer record stands for the engine's merged view (the archive API,
+    or vfs storage, whose folder is the whole filesystem): its files do not name their layer."""
+    media = str(layer.get("media_type") or "")
+    return media == ENGINE_VIEW or (media.startswith("docker-engine-storage") and "merged" in media)
 
 
 def open_daemon(ref: str, *, packages: list[str], platform: str | None = None,

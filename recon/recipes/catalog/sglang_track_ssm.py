@@ -294,7 +294,7 @@ def _run_tracking(ctx: RecipeContext, t: _Track,
             results = run_calls(ctx.snapshot, built.calls, config=ctx.config, stubs=built.stubs,
                                 stub_file=helpers, real=["torch"], timeout=120)
         except RunFailed as err:
-            raise ReconError(f"{NAME}: {err}") from err
+            raise RunFailed(f"{NAME}: {err}", results=err.results, detail=err.detail) from err  # its exit code
     server_chunk = None
     if built.server_prop is not None:
         server_chunk = results[-1].self_after.get("_mamba_cache_chunk_size")

@@ -156,7 +156,7 @@ def _run_forbidding(ctx: RecipeContext, calls: list[Call], cfg: dict[str, Any], 
         results = _run(ctx, calls, cfg, None)
     except RunFailed as err:
         if f"forbidden stub {V2_STUB}" not in str(err) and V2_STUB not in str(err):
-            raise ReconError(f"{NAME}: {err}") from err
+            raise RunFailed(f"{NAME}: {err}", results=err.results, detail=err.detail) from err  # its exit code
         v2 = _bool_option(ctx, "v2_model_runner", False)
         site = str(err).split(" reached at ")[-1].split(":")[0:2]
         res.findings.append(Finding("info", "the config mixes sliding and full attention layers: "
@@ -166,7 +166,7 @@ def _run_forbidding(ctx: RecipeContext, calls: list[Call], cfg: dict[str, Any], 
         try:
             results = _run(ctx, calls, cfg, v2)
         except RunFailed as err2:
-            raise ReconError(f"{NAME}: {err2}") from err2
+            raise RunFailed(f"{NAME}: {err2}", results=err2.results, detail=err2.detail) from err2  # its exit code
     if v2 is None and f.per_layer:
         res.findings.append(Finding("ok", "get_current_vllm_config was forbidden and never reached: "
                                           "the layer resolution does not depend on the runner"))

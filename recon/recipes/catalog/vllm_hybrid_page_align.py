@@ -637,7 +637,7 @@ def _run_child(ctx: RecipeContext, cfg: dict[str, Any], inp: _Inputs,
             results = run_calls(ctx.snapshot, plan.calls, config=cfg, stubs=stubs,
                                 stub_file=helpers, real=["torch"], timeout=120)
         except RunFailed as err:
-            raise ReconError(f"{NAME}: {err}") from err
+            raise RunFailed(f"{NAME}: {err}", results=err.results, detail=err.detail) from err  # its exit code
     for c, r in zip(plan.calls, results, strict=True):
         if r.error is not None and c.target not in plan.extra_targets:
             raise ReconError(f"{NAME}: {r.target} raised {r.error.line()}")
