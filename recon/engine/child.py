@@ -43,6 +43,9 @@ import os
 import re
 import resource
 import runpy
+import select
+import shutil
+import signal
 import sys
 import time
 import traceback
@@ -1850,24 +1853,113 @@ def warm_up(setup: dict[str, Any]) -> tuple[Prepared, dict[str, Any]]:
                   "seconds": round(time.monotonic() - start, 2)}
 
 
-def _frame(out: Any, data: bytes) -> None:
-    out.write(b"%d\n" % len(data) + data)
+#: the most bytes of one request's answer the server takes from the request's process
+ANSWER_CAP = (16 << 20) - 64
+_PR_SET_DUMPABLE, _PR_GET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 3, 36
+
+
+def _frame(out: Any, nonce: str, data: bytes) -> None:
+    """One frame to the supervisor: its length, a newline, then the request's nonce, a
+    newline and the answer (only this server holds ``out``: see :func:`_forked_answer`)."""
+    payload = nonce.encode("ascii", "replace") + b"\n" + data
+    out.write(b"%d\n" % len(payload) + payload)
     out.flush()
+
+
+def _prctl(option: int, value: int) -> int:
+    import ctypes
+
+    return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0))
+
+
+def _walls() -> None:
+    """The server's own walls, before any request runs (a warm server refuses without them).
+
+    Not dumpable: a request's process (the same user) can neither open this process's
+    ``/proc/<pid>/mem`` or descriptors nor trace it. A child subreaper: what a request
+    double-forks is re-parented here (in the sandbox this process is its PID namespace's
+    init anyway), so :func:`_end_all` finds it. ``SIGINT`` ignored: as init, the only
+    signal a request could stop it with (a request's process takes the default back).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _prctl(_PR_SET_DUMPABLE, 0)
+    if _prctl(_PR_GET_DUMPABLE, 0) != 0:
+        raise OSError("the warm server could not make itself undumpable")
+    if _prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
+        raise OSError("the warm server could not become a child subreaper")
+
+
+def _children() -> list[int]:
+    """The processes whose parent is this one (from ``/proc/<pid>/stat``)."""
+    me, kids = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            kids.append(int(name))
+    return kids
+
+
+def _end_all() -> None:
+    """Kill and reap every process below this one, until none is left.
+
+    Orphans come back to this process (the sandbox's init, or a subreaper), so a process
+    that double-forked is a child here once its parent is dead: each round kills the
+    children listed and waits for them, and the next round finds what they left.
+    """
+    while True:
+        kids = _children()
+        if not kids:
+            return
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _into_request(closing: tuple[int, ...]) -> None:
+    """What the forked request's process does before any of its code runs.
+
+    It keeps nothing of the server's channels (the supervisor's request pipe on stdin, the
+    frame and event pipes), so what it writes reaches only its own answer pipe; and it
+    makes itself dumpable again, so its own ``/proc`` entries are its own, as in a cold
+    child (the server stays undumpable).
+    """
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    # the release logs to stdout; its records are in the answer, and the server's
+    # output file would otherwise grow with every request
+    os.dup2(null, 1)
+    os.close(null)
+    for fd in closing:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _prctl(_PR_SET_DUMPABLE, 1)
 
 
 def _forked_answer(req: dict[str, Any], warm: Any,
                    answer_fn: Callable[[dict[str, Any], Any], dict[str, Any]],
-                   fork: Callable[[Any], int]) -> bytes:
-    """One request in a forked copy of the warm server: nothing it changes outlives it."""
+                   fork: Callable[[Any], int], closing: tuple[int, ...] = ()) -> bytes:
+    """One request in a forked copy of the warm server: nothing it changes outlives it.
+
+    The answer comes only from the request's own pipe; every process the request started
+    is killed and reaped before this returns; its scratch folder is removed.
+    """
     rfd, wfd = os.pipe()
     pid = fork(warm)
     if pid == 0:
         code = 0
         try:
             os.close(rfd)
-            # the release logs to stdout; its records are in the answer, and the server's
-            # output file would otherwise grow with every request
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            _into_request(closing)
             try:
                 result = answer_fn(req, warm)
             except BaseException as err:  # noqa: BLE001 - the parent must always get an answer
@@ -1879,13 +1971,45 @@ def _forked_answer(req: dict[str, Any], warm: Any,
         finally:
             os._exit(code)
     os.close(wfd)
-    with os.fdopen(rfd, "rb") as fh:
-        data = fh.read()
-    _, status = os.waitpid(pid, 0)
-    if not data:
+    try:
+        data, status = _collect(rfd, pid)
+    finally:
+        os.close(rfd)
+        _end_all()
+    if req.get("model_dir"):
+        shutil.rmtree(os.path.dirname(str(req["model_dir"])), ignore_errors=True)
+    if data is None or not data:
+        why = "an answer over the cap" if data is None else "no answer"
         data = json.dumps(_setup_failure(RuntimeError(
-            f"the request's process ended with status {status} and no answer"))).encode()
+            f"the request's process ended with status {status} and {why}"))).encode()
     return data
+
+
+def _collect(rfd: int, pid: int) -> tuple[bytes | None, int]:
+    """The request's answer (None: over :data:`ANSWER_CAP`) and its process's exit status.
+
+    The pipe is read while the process runs (an answer may exceed the pipe's buffer); once
+    the process is gone, what it left behind is killed, so a process that kept the pipe
+    open cannot hold the server, and the pipe ends.
+    """
+    chunks: list[bytes] = []
+    size, status = 0, None
+    while True:
+        if select.select([rfd], [], [], 0.05)[0]:
+            block = os.read(rfd, 1 << 16)
+            if not block:
+                break
+            size += len(block)
+            if size <= ANSWER_CAP:
+                chunks.append(block)
+        if status is None:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = code
+                _end_all()
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    return (b"".join(chunks) if size <= ANSWER_CAP else None), status
 
 
 def _setup_failure(err: BaseException) -> dict[str, Any]:
@@ -1902,27 +2026,32 @@ def serve(warm_up_fn: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]] | N
           fork: Callable[[Any], int] = _fork) -> None:
     """Warm mode: the first stdin line sets up and imports; each next line is one request.
 
-    Every answer (and the set-up's own report first) goes to ``result_fd`` as
-    a frame: its length in ASCII digits, a newline, the JSON. The SGLang child
-    serves through the same loop with its own ``warm_up_fn``, ``answer_fn`` and
+    Every answer (and the set-up's own report first) goes to ``result_fd`` as a frame
+    (:func:`_frame`) carrying the nonce the supervisor sent with the request. The SGLang
+    child serves through the same loop with its own ``warm_up_fn``, ``answer_fn`` and
     ``fork`` (its process guard lets only the loop's own fork through).
     """
     warm_up_fn = warm_up_fn or warm_up
     answer_fn = answer_fn or answer
     setup = json.loads(sys.stdin.readline())
+    closing = tuple(fd for fd in (setup.get("result_fd"), setup.get("events_fd"))
+                    if isinstance(fd, int))
     with os.fdopen(int(setup["result_fd"]), "wb") as out:
         try:
             warm, ready = warm_up_fn(setup)
+            _end_all()  # what the imports started (nothing is left when a request starts)
+            _walls()
         except BaseException as err:  # noqa: BLE001 - a cold child will give the error
-            _frame(out, json.dumps({"ready": False, "error": f"{type(err).__name__}: {err}"},
-                                   default=str).encode())
+            _frame(out, str(setup.get("nonce", "")), json.dumps(
+                {"ready": False, "error": f"{type(err).__name__}: {err}"}, default=str).encode())
             return
-        _frame(out, json.dumps(ready).encode())
+        _frame(out, str(setup.get("nonce", "")), json.dumps(ready).encode())
         for line in sys.stdin:
             req = json.loads(line)
             if not isinstance(req, dict) or req.get("quit"):
                 return
-            _frame(out, _forked_answer(req, warm, answer_fn, fork))
+            nonce = str(req.pop("nonce", ""))
+            _frame(out, nonce, _forked_answer(req, warm, answer_fn, fork, closing))
 
 
 MISSING_OPS = MissingOps()

@@ -224,11 +224,11 @@ def _request(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_json:
 
 
 def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, root: Path,
-              work: Path, timeout: float, sandbox: bool) -> dict[str, Any]:
+              work: Path, timeout: float, sandbox: bool, warm: bool = True) -> dict[str, Any]:
     """The release's answer to ``request`` as a JSON object (the bytes are untrusted).
 
-    From a warm server (:mod:`recon.engine.server`) when one can give it, else
-    from a cold child; ``seconds.server`` says which: ``warm``, ``started``
+    From a warm server (:mod:`recon.engine.server`) when one can give it (and ``warm``),
+    else from a cold child; ``seconds.server`` says which: ``warm``, ``started``
     (this request started the server), ``cold`` or ``off``.
     """
     extra = request.pop("env", None)
@@ -238,7 +238,7 @@ def run_child(env: ReleaseEnv, snapshot: Snapshot, request: dict[str, Any], *, r
                  *interpreter_dirs()]
     argv = [str(env.python), "-I", "-B", str(CHILD)]
     served = _ask_server(snapshot, env, request, extra, argv, read_only, limits) \
-        if server.enabled() else None
+        if warm and server.enabled() else None
     return served_or_cold(served, lambda: launch(
         argv, request, root=root, work=work, limits=limits, env=server.child_env(work, extra),
         slice_files=set(), read_only=read_only), "engine mode", timeout)
@@ -268,10 +268,47 @@ def served_or_cold(served: server.Served | None, cold: Callable[[], Outcome], wh
     if not isinstance(result, dict):
         raise EngineFailed(f"{what}: the child gave no answer ({how}); "
                            f"stderr tail: {stderr[-600:].strip()}")
+    problem = answer_problem(result)
+    if problem is not None:
+        raise EngineFailed(f"{what}: what the child gave ({how}) is not an answer: {problem}")
     result["confinement"] = confinement
     if isinstance(result.get("seconds"), dict):
         result["seconds"]["server"] = how
     return result
+
+
+#: fields of a child's answer and the JSON type each has where present (see :func:`answer_problem`)
+_ANSWER_FIELDS: dict[str, type] = {
+    "facts": dict, "logged": dict, "replaced": dict, "seconds": dict, "kv": dict,
+    "layers": dict, "pools": dict, "server_args": dict, "usage_error": dict,
+    "log": list, "ran": list, "not_applicable": str}
+
+
+def answer_problem(result: Any) -> str | None:
+    """Why ``result`` is not an engine-mode child's answer (None when it is one).
+
+    Every answer is a JSON object with ``ok`` (true or false) and ``errors`` (a list of
+    objects); the fields an answer may have are of their types (or null); a decided answer
+    (``ok``) carries its timings, log and what was replaced; a refusal (``usage_error``) its
+    exit code and message. The check is of shape only: the numbers are the child's.
+    """
+    if not isinstance(result, dict):
+        return "not a JSON object"
+    if not isinstance(result.get("ok"), bool):
+        return "no ok (true or false)"
+    errors = result.get("errors")
+    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
+        return "no errors (a list of objects)"
+    for name, kind in _ANSWER_FIELDS.items():
+        if result.get(name) is not None and not isinstance(result[name], kind):
+            return f"{name} is not a JSON {'object' if kind is dict else kind.__name__}"
+    if result["ok"] and not all(name in result for name in ("seconds", "log", "replaced")):
+        return "a decided answer without its timings, log or replacements"
+    usage = result.get("usage_error")
+    if usage is not None and not (isinstance(usage.get("exit_code"), int) and
+                                  isinstance(usage.get("message"), str)):
+        return "a refusal without its exit code and message"
+    return None
 
 
 def _ask_server(snapshot: Snapshot, renv: ReleaseEnv, request: dict[str, Any],
@@ -424,7 +461,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     parser has that flag, else as ``VLLM_ATTENTION_BACKEND``). ``logged_args``: ``flags``
     was rebuilt from a log's argument line, whose config objects are printed whole; the
     child keeps only the fields that differ from the release's defaults (and says so).
-    ``files``: the model folder's other files the release reads (:func:`model_files`).
+    ``files``: the model folder's other files the release reads (:func:`model_files`); its
+    own modules (remote code) are run by a cold child, never by a warm server.
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -618,8 +656,11 @@ class _Ask:
             request["env"] = self.env or None
             request["kv_memory_bytes"], request["kv_memory_range_bytes"] = self.kv
             request.update(self.options)
+            # a model folder's own code runs in a cold child of its own, never in a warm
+            # server that goes on to answer other requests
+            remote_code = any(name.endswith(".py") for name in self.options["model_files"])
             return run_child(self.renv, self.snapshot, request, root=root, work=work,
-                             timeout=self.timeout, sandbox=self.sandbox)
+                             timeout=self.timeout, sandbox=self.sandbox, warm=not remote_code)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -657,22 +698,27 @@ def _child_digest() -> str:
 
 
 def cached_result(key: str | None) -> dict[str, Any] | None:
-    """A stored answer for ``key``, or None (missing, unreadable or not an object)."""
+    """The answer stored for ``key``, or None: missing, unreadable, stored under another key
+    (the file names the key it was stored for) or not an answer (:func:`answer_problem`)."""
     if key is None or os.environ.get("RECON_ENGINE_CACHE") == "0":
         return None
     try:
         data = json.loads((results_dir() / f"{key}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict) or set(data) != {"key", "answer"} or data["key"] != key:
+        return None
+    answer = data["answer"]
+    return answer if answer_problem(answer) is None else None
 
 
 def store_result(key: str | None, result: dict[str, Any]) -> None:
-    """Keep an answer under ``key`` (a failure to write only costs the next call its speed)."""
-    if key is None or os.environ.get("RECON_ENGINE_CACHE") == "0":
+    """Keep an answer under ``key``, with the key inside (a failure to write only costs the
+    next call its speed); what is not an answer is never kept."""
+    if key is None or os.environ.get("RECON_ENGINE_CACHE") == "0" or answer_problem(result):
         return
     with contextlib.suppress(ReconError, OSError):
-        write_json(results_dir() / f"{key}.json", result)
+        write_json(results_dir() / f"{key}.json", {"key": key, "answer": result})
 
 
 def _kv_facts(kv: dict[str, Any] | None) -> dict[str, Any]:

@@ -20,6 +20,20 @@ Three processes, two trust levels:
 * the **child** in the OS sandbox, as for a cold request (:mod:`recon.engine.child`, or
   :mod:`recon.engine.sglang_child` for SGLang: ``ServerSpec.engine``).
 
+A request's code (the release's, and a model folder's module where one is given) never
+decides another request's answer, and the kernel holds that, not the request's code:
+
+* the child is its PID namespace's init (``bwrap --as-pid-1``), not dumpable (a request's
+  process, the same user, cannot open its ``/proc/<pid>/mem`` or descriptors, nor trace
+  it), and each request runs in a process forked from it that first closes the child's
+  channels to this supervisor (stdin, the frame and event pipes) and writes its answer to
+  a pipe of its own;
+* when that process ends, the child kills and reaps every process left in the sandbox
+  before it frames the answer, so nothing of one request runs when the next starts;
+* each frame carries the nonce this supervisor drew for that request (a secret the next
+  request cannot know); a frame without it, or bytes waiting before a request or after its
+  frame, stop the server, and the client asks a cold child.
+
 A server is keyed by what its imports depend on: the snapshot's bytes, the
 release environment, the child's code, the process environment of the
 request, the declared GPU (module bodies ask it while importing) and the
@@ -37,8 +51,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import select
 import shutil
 import socket
@@ -316,6 +332,20 @@ class _Frames:
         data, self.buf = self.buf[:length], self.buf[length:]
         return data
 
+    def pending(self) -> bool:
+        """Whether bytes wait past the last frame read (or the pipe ended): never an answer."""
+        return bool(self.buf) or bool(select.select([self.fd], [], [], 0)[0])
+
+
+def _opened(frame: bytes | None, nonce: str) -> bytes | None:
+    """The answer in ``frame`` when the frame carries ``nonce`` (the request's own), else None."""
+    if frame is None:
+        return None
+    head, newline, data = frame.partition(b"\n")
+    if not newline or not hmac.compare_digest(head, nonce.encode("ascii")):
+        return None
+    return data
+
 
 class Supervisor:
     """Owns one sandboxed warm child and relays requests to it (see the module docstring)."""
@@ -333,18 +363,21 @@ class Supervisor:
         self.count = 0
 
     def start(self) -> bool:
+        # pid_1: the child is its PID namespace's init, so no other process of the sandbox
+        # is left for a request to reach, and every process a request starts is its own
         limits = Limits(timeout=LIFETIME_S, memory_mb=self.spec.memory_mb, file_mb=64,
                         sandbox=self.spec.sandbox, scratch_mb=self.spec.scratch_mb,
-                        processes=self.spec.processes)
+                        processes=self.spec.processes, pid_1=True)
         env = child_env(self.work, self.spec.env_extra, self.spec.engine)
         self.running = spawn(self.spec.argv, root=self.root, work=self.work, limits=limits,
                              env=env, read_only=self.spec.read_only)
         self.frames = _Frames(self.running.result_fd)
-        setup = {**self.spec.setup, **self.running.fds,
+        nonce = secrets.token_hex(16)
+        setup = {**self.spec.setup, **self.running.fds, "nonce": nonce,
                  "model_dir": str(self.work / "setup" / "model")}
         try:
             self._send(setup)
-            frame = self.frames.read(time.monotonic() + 900)
+            frame = _opened(self.frames.read(time.monotonic() + 900), nonce)
             ready = json.loads(frame) if frame else None
         except (OSError, ValueError, TimeoutError):
             ready = None
@@ -358,15 +391,26 @@ class Supervisor:
         self.running.proc.stdin.flush()
 
     def answer(self, envelope: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """Status and answer for one client envelope; the sandbox is gone after a failure."""
+        """Status and answer for one client envelope; the sandbox is gone after a failure.
+
+        The answer is the one frame that carries this request's nonce (a secret drawn now,
+        known only to the server and this request's process), and nothing may follow it:
+        bytes waiting before a request or after its frame stop the server.
+        """
         assert self.frames is not None and self.running is not None
         request = dict(envelope.get("request") or {})
         self.count += 1
-        request["model_dir"] = str(self.work / f"request-{self.count}" / "model")
+        nonce = request["nonce"] = secrets.token_hex(16)
+        folder = f"request-{self.count}-{secrets.token_hex(8)}"  # no request names the next's
+        request["model_dir"] = str(self.work / folder / "model")
         timeout = float(envelope.get("timeout") or 600)
         try:
-            self._send(request)
-            data = self.frames.read(time.monotonic() + timeout)
+            data = None
+            if not self.frames.pending():
+                self._send(request)
+                data = _opened(self.frames.read(time.monotonic() + timeout), nonce)
+            if data is not None and self.frames.pending():
+                data = None
         except TimeoutError:
             self.running.stop(timed_out=True)
             return {"status": "timed_out", "stderr": self.running.stderr()[-600:]}, b""

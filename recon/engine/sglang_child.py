@@ -109,6 +109,10 @@ class NoProcesses:
     the release takes the branch it takes on a machine without ``nvidia-smi``;
     which ones were refused is part of the answer. A warm server's own loop
     forks each request through :meth:`fork`, the one fork let through.
+
+    The hook makes a refusal readable; it does not contain a request (``ctypes`` forks
+    past it). What contains one is the warm server's loop (``child.serve``): every
+    process a request started, however, is killed before the next request starts.
     """
 
     def __init__(self) -> None:

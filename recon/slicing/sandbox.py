@@ -36,6 +36,13 @@ kernel enforces it. Layers, from the outside in:
   ``process_cap`` in the ``sandbox`` record says which caps held;
   a trimmed environment; a wall-clock timeout after which the whole sandbox is
   killed (after a ``SIGUSR1`` that makes ``faulthandler`` say where it was).
+* The child's environment (recon's choice plus what the user typed before the
+  engine's program or as ``docker run -e``) is the child's alone: bwrap itself
+  starts with :data:`BWRAP_ENV` and hands the child its whole environment by
+  ``--clearenv`` and ``--setenv``, after every namespace exists. A typed
+  ``LD_PRELOAD`` therefore never loads into ``bwrap`` on the host. Without the
+  sandbox there is no such wall: the variables that make the loader or the
+  interpreter load code (:func:`loads_code`) are left out and named.
 * Inside the child, the audit-hook guard (``guard.py``): the layer that makes a
   refusal *readable* (a line of the slice), not the one that enforces it.
 
@@ -98,6 +105,7 @@ class Limits:
     sandbox: bool = True
     scratch_mb: int = 256  # size of the private tmpfs (the only writable folder)
     processes: int = 512
+    pid_1: bool = False  # the child is its PID namespace's init (bwrap --as-pid-1)
 
 
 @dataclass
@@ -119,6 +127,33 @@ class SandboxUnavailable(ReconError):
     """The OS sandbox cannot be started here, and the caller did not waive it."""
 
     exit_code = 4
+
+
+#: the whole environment of bwrap itself (recon's choice; the child's goes in by ``--setenv``)
+BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+#: variables that make the dynamic loader, the interpreter or a library load code from a path
+#: or module they name (``LD_*`` too): never given to a process on the host (:func:`loads_code`).
+#: Those that only tune the interpreter (``PYTHONHASHSEED``, ``PYTHONIOENCODING``,
+#: ``PYTHONUNBUFFERED`` ...) are not among them
+CODE_LOADERS = frozenset({
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
+    "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+    "PYTHONEXECUTABLE", "GCONV_PATH", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES"})
+
+
+def loads_code(name: str) -> bool:
+    """True for a variable that makes a process load code it names (``LD_*``, :data:`CODE_LOADERS`)."""
+    return name.startswith("LD_") or name in CODE_LOADERS
+
+
+def _checked_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` as given, or one line naming the variable no process can be given."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ReconError(f"the engine's environment names a variable no process can be "
+                             f"given: {name[:80]!r}={value[:80]!r} (a name is non-empty, "
+                             "without '=' or NUL; a value has no NUL)")
+    return dict(env)
 
 
 def base_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -282,15 +317,19 @@ def _system_binds() -> list[str]:
 
 
 def bwrap_argv(inner: list[str], *, read_only: Iterable[str], work: Path,
-               limits: Limits, staged: dict[str, str] | None = None) -> list[str]:
+               limits: Limits, staged: dict[str, str] | None = None,
+               env: Mapping[str, str] | None = None) -> list[str]:
     """The bwrap command line around ``inner`` (see the module docstring for each choice).
 
-    ``staged``: bind destination -> the folder bwrap reads it from instead.
+    ``staged``: bind destination -> the folder bwrap reads it from instead. ``env``: the
+    child's whole environment (``--clearenv``, then one ``--setenv`` each): bwrap
+    applies it to the child alone, never to itself.
     """
     staged = staged or {}
     args = [_bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns",
             "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "recon-run",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args += ["--as-pid-1"] if limits.pid_1 else []
     args += _system_binds()
     for path in _outermost(read_only):
         if path != "/usr" and not path.startswith("/usr/"):
@@ -302,8 +341,10 @@ def bwrap_argv(inner: list[str], *, read_only: Iterable[str], work: Path,
              "--size", str(limits.scratch_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev",
              "--size", str(limits.scratch_mb << 20), "--perms", "0700", "--tmpfs", str(work),
-             "--remount-ro", "/", "--chdir", str(work), "--"]
-    return args + inner
+             "--remount-ro", "/", "--chdir", str(work), "--clearenv"]
+    for name, value in (env or {}).items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *inner]
 
 
 def _bwrap_path() -> str:
@@ -322,7 +363,7 @@ def sandbox_problem(as_nobody: bool = False) -> str | None:
         kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
     try:
         done = subprocess.run(argv, capture_output=True, timeout=20, check=False,  # noqa: S603
-                              cwd="/", **kwargs)  # type: ignore[call-overload]
+                              cwd="/", env=BWRAP_ENV, **kwargs)  # type: ignore[call-overload]
     except (OSError, subprocess.SubprocessError) as err:
         return f"bwrap did not start: {err}"
     if done.returncode != 0:
@@ -500,23 +541,39 @@ class _Plan:
 
 
 def _plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
-          read_only: list[str]) -> _Plan:
-    """How to start the child: the OS sandbox (bwrap), or, when waived, rlimits only."""
+          read_only: list[str], env: Mapping[str, str]) -> _Plan:
+    """How to start the child: the OS sandbox (bwrap), or, when waived, rlimits only.
+
+    ``env`` is the child's whole environment; ``popen["env"]`` is what the process
+    Popen starts gets: :data:`BWRAP_ENV` for bwrap (the child's goes in by
+    ``--setenv``), or without the sandbox ``env`` less the variables that load code.
+    """
+    env = _checked_env(env)
     if limits.sandbox:
-        return _sandbox_plan(inner, root=root, work=work, limits=limits, read_only=read_only)
+        return _sandbox_plan(inner, root=root, work=work, limits=limits, read_only=read_only,
+                             env=env)
     drop = limits.drop_privileges and can_drop_privileges()
-    popen: dict[str, object] = {"cwd": str(work)}
+    ignored = sorted(name for name in env if loads_code(name))
+    popen: dict[str, object] = {"cwd": str(work), "env": {
+        k: v for k, v in env.items() if k not in ignored}}
     if drop:
         os.chown(work, NOBODY, NOBODY)
         popen.update(user=NOBODY, group=NOBODY, extra_groups=[])
     user = "nobody" if drop else "caller"
-    return _Plan(inner, popen, {"os_sandbox": "none", "user": user, "host_user": user,
-                                "network": True,
-                                "process_cap": f"RLIMIT_NPROC={limits.processes}"})
+    confinement: dict[str, object] = {"os_sandbox": "none", "user": user, "host_user": user,
+                                      "network": True,
+                                      "process_cap": f"RLIMIT_NPROC={limits.processes}"}
+    if ignored:
+        confinement["environment_ignored"] = ignored
+        print(f"recon: warning: --no-sandbox: {', '.join(ignored)} in the engine's environment "
+              "not passed on: without the sandbox it would make a process on this host load "
+              "the code it names (the sandbox hands it to the engine inside)",
+              file=sys.stderr, flush=True)
+    return _Plan(inner, popen, confinement)
 
 
 def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
-                  read_only: list[str]) -> _Plan:
+                  read_only: list[str], env: dict[str, str]) -> _Plan:
     """bwrap, started as nobody when recon is root (never as root: see ``_stage_and_drop``).
 
     Root owns ``/proc/sys`` and ``/proc/sysrq-trigger`` outside any namespace,
@@ -525,7 +582,7 @@ def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
     """
     as_root = os.geteuid() == 0
     require_sandbox(as_nobody=as_root)
-    popen: dict[str, object] = {"cwd": "/"}
+    popen: dict[str, object] = {"cwd": "/", "env": dict(BWRAP_ENV)}
     staged = _stage(read_only) if as_root else {}
     group = pids_cgroup(limits.processes) if as_root else None
     if as_root:
@@ -534,7 +591,7 @@ def _sandbox_plan(inner: list[str], *, root: Path, work: Path, limits: Limits,
     if group is not None:
         cap = f"cgroup pids.max={limits.processes}, {cap}"
     return _Plan(bwrap_argv(inner, read_only=read_only, work=work, limits=limits,
-                            staged=staged), popen,
+                            staged=staged, env=env), popen,
                  {"os_sandbox": "bwrap", "user": "nobody",
                   "host_user": "nobody" if as_root else "caller", "network": False,
                   "process_cap": cap}, group, staged)
@@ -619,10 +676,11 @@ def spawn(inner: list[str], *, root: Path, work: Path, limits: Limits, env: dict
           read_only: list[str]) -> Running:
     """Start ``inner`` (sandboxed unless waived) with a stdin pipe and two report pipes.
 
+    ``env`` is the child's whole environment, never bwrap's (see :func:`_plan`).
     :func:`launch` is one request and a wait; the warm engine server
     (:mod:`recon.engine.server`) keeps the child and writes to its stdin again.
     """
-    plan = _plan(inner, root=root, work=work, limits=limits, read_only=read_only)
+    plan = _plan(inner, root=root, work=work, limits=limits, read_only=read_only, env=env)
     become = plan.popen.pop("become_nobody", None)
     rfd, wfd = os.pipe()
     efd_r, efd_w = os.pipe()
@@ -634,7 +692,7 @@ def spawn(inner: list[str], *, root: Path, work: Path, limits: Limits, env: dict
             os.fchown(err_fh.fileno(), NOBODY, NOBODY)
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv is ours
-                plan.argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh, env=env,
+                plan.argv, stdin=subprocess.PIPE, stdout=out_fh, stderr=err_fh,
                 pass_fds=(wfd, efd_w), start_new_session=True, close_fds=True,
                 preexec_fn=lambda: _preexec(limits, plan.cgroup, become),  # type: ignore[arg-type]
                 **plan.popen)  # type: ignore[call-overload]
