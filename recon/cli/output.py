@@ -90,7 +90,9 @@ class _PipeConsole(_Console):
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if len(objects) == 1 and isinstance(objects[0], Table) and kwargs.get("width") is None:
-            kwargs["width"] = table_width(self, objects[0], PIPE_TABLE_WIDTH)
+            # a width someone set on this console (a notebook, a test) wins over the pipe's 120
+            most = PIPE_TABLE_WIDTH if self.width >= PIPE_WIDTH else self.width
+            kwargs["width"] = table_width(self, objects[0], most)
         super().print(*objects, **kwargs)
 
 
