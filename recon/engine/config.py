@@ -552,6 +552,8 @@ def library_failure(result: dict[str, Any], renv: ReleaseEnv) -> str | None:
     release's own code or torch did, or it did not fail)."""
     if result.get("ok") or "usage_error" in result:
         return None
+    if unknown_model_type(str((result.get("errors") or [{}])[-1].get("error") or "")):
+        return None  # an older transformers knows no newer model: no second environment to build
     trace = str((result.get("errors") or [{}])[-1].get("traceback") or "")
     frames = re.findall(r'File "([^"]+)", line \d+', trace)
     site = str(renv.site).rstrip("/") + "/"
@@ -749,10 +751,31 @@ def _printed_block(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _error_text(err: dict[str, Any]) -> str:
-    """The release's error in one line: its first line plus the detail lines pydantic adds."""
-    lines = [ln.strip() for ln in str(err.get("error")).splitlines() if ln.strip()]
+    """The release's error in one line: its first line plus the detail lines pydantic adds,
+    without a library's advice to upgrade itself (the release's environment is the release's)."""
+    lines = [without_upgrade_advice(ln.strip()) for ln in str(err.get("error")).splitlines()]
+    lines = [ln for ln in lines if ln]
     detail = [ln for ln in lines[1:4] if not ln.startswith("For further information")]
     return " / ".join([lines[0] if lines else "no answer", *detail])[:800]
+
+
+#: the sentences of a library's advice to install or upgrade something (transformers' for a
+#: model type it lacks: "You can update Transformers with the command `pip install ...`")
+_ADVICE = ("pip install", "If this does not work, and the checkpoint is very new")
+#: transformers' words for a ``model_type`` it has no configuration class for
+_UNKNOWN_TYPE = re.compile(r"has model type `([^`]*)` but Transformers does not recognize")
+
+
+def without_upgrade_advice(text: str) -> str:
+    """``text`` without the sentences that tell the reader to pip-install or upgrade a package."""
+    sentences = re.split(r"(?<=\.)\s+(?=[A-Z])", text)
+    return " ".join(x for x in sentences if not any(a in x for a in _ADVICE)).strip()
+
+
+def unknown_model_type(error: str) -> str | None:
+    """The ``model_type`` the release's transformers does not know, where that is the error."""
+    found = _UNKNOWN_TYPE.search(error)
+    return found.group(1) if found else None
 
 
 def _stood_in(result: dict[str, Any]) -> str:
@@ -772,6 +795,12 @@ def _model_file_hint(error: str, config_json: dict[str, Any]) -> str:
                     or "execute the configuration file" in error or "trust_remote_code" in error):
         return (f"; the model's auto_map names {', '.join(modules)}: put the file beside the "
                 "config.json you give and add --trust-remote-code, as the engine needs")
+    unknown = unknown_model_type(error)
+    if unknown is not None:
+        return (f"; model type {unknown!r} (config.json's model_type) has no configuration class in "
+                "this release's libraries: a model newer than the release, or a misspelt type. Give "
+                "the model's configuration_*.py beside config.json (with auto_map) and add "
+                "--trust-remote-code, or ask a later release")
     wanted = [name for name in MODEL_FILES if name in error]
     if not wanted and "image processor" not in error:
         return ""
@@ -815,7 +844,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         errors = [r for r in result.get("log", []) if r.get("level") == "ERROR"]
         said = ""
         if errors:  # the release's own account (e.g. why a model class failed to import)
-            said = "; the release logged: " + str(errors[-1]["message"]).strip().splitlines()[-1]
+            logged = without_upgrade_advice(str(errors[-1]["message"]).strip().splitlines()[-1])
+            said = f"; the release logged: {logged}" if logged else ""
             cause = str(errors[-1].get("exception") or "").strip().splitlines()
             if cause:
                 said += f" ({cause[-1][:300]})"
