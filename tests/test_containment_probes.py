@@ -367,3 +367,23 @@ def test_a_fork_that_logs_nothing_makes_no_file(app: Path, bundle: Path, tmp_pat
     plain, probed = _both(app, main, bundle, tmp_path)
     assert probed == plain
     assert len(list((tmp_path / "logs").glob("probe-*.jsonl"))) == 1
+
+
+LIFETIME = """
+import gc, sys, weakref
+import tgt
+ref = weakref.ref(tgt.add)
+tgt.add(1, 2)
+del sys.modules["tgt"], tgt
+gc.collect()
+print("alive" if ref() is not None else "collected")
+"""
+
+
+def test_a_probed_function_dies_when_the_host_lets_it_go(app: Path, bundle: Path,
+                                                        tmp_path: Path) -> None:
+    """A module the host unloads, and its probed functions, are collected as without the
+    probe (weakref callbacks and finalizers run when they would)."""
+    plain, probed = _both(app, LIFETIME, bundle, tmp_path)
+    assert plain.strip() == "collected"
+    assert probed == plain

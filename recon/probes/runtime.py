@@ -141,8 +141,6 @@ class _Target:
         self.reset()
         self.errors = 0
         self.status = "pending"
-        self.globals = None  # the function's module namespace (the function itself is
-        # not kept: a reference would change its refcount and when it is collected)
         self.bound = 0
         self.params = []
         self.first = self.every = 0
@@ -681,11 +679,13 @@ def _hooks():
     return _gate
 
 
-def _eval_exprs(t, exprs, ns, rec, full):
+def _eval_exprs(t, exprs, ns, rec, full, glb):
+    """``glb``: the namespace of the call's own frame (the runtime keeps neither the function
+    nor its module's namespace: a reference would keep them alive past the host's last one)."""
     out = rec.setdefault("expr", {})
     for name, code in exprs:
         try:
-            out[name] = _describe(eval(code, t.globals, ns), full)
+            out[name] = _describe(eval(code, glb, ns), full)
         except Exception as exc:
             out[name] = {"error": _exc_text(exc)}
             _swallow("expr " + name, t, exc)
@@ -707,8 +707,9 @@ def _open_call(t, n, frame):
     if capturing and (t.entry_exprs or t.exit_exprs):
         rec["expr"] = {"skipped": "CUDA graph capture"}
     elif t.entry_exprs:
-        _eval_exprs(t, t.entry_exprs, ns, rec, full)
-    return rec, ns if t.exit_exprs else None, capturing, _perf()
+        _eval_exprs(t, t.entry_exprs, ns, rec, full, frame.f_globals)
+    glb = frame.f_globals if t.exit_exprs else None
+    return rec, ns if t.exit_exprs else None, capturing, _perf(), glb
 
 
 def _arguments(frame):
@@ -738,7 +739,7 @@ def _self_attr(obj, path, full):
 
 def _close_call(t, state, result, exc):
     """Finish and write the call record after the call."""
-    rec, ns, capturing, t0 = state
+    rec, ns, capturing, t0, glb = state
     rec["wall_us"] = round((_perf() - t0) * 1e6, 1)
     rec["pid"] = _S.pid
     full = "args" in t.log and not capturing
@@ -748,7 +749,7 @@ def _close_call(t, state, result, exc):
         rec["return"] = _describe(result, full)
     if t.exit_exprs and not capturing and exc is None:
         ns["result"] = result
-        _eval_exprs(t, t.exit_exprs, ns, rec, full)
+        _eval_exprs(t, t.exit_exprs, ns, rec, full, glb)
     t.logged += 1
     _emit(rec)
 
@@ -1165,7 +1166,6 @@ def _patch(t, k):
         new = _instrument(fn, code, k)
     except _Refuse as why:
         return "skipped: " + str(why)
-    t.globals = fn.__globals__
     t.bound = int(isinstance(owner, type) and not issubclass(type(raw), staticmethod))
     n = code.co_argcount + code.co_kwonlyargcount
     n += bool(code.co_flags & _CO_VARARGS) + bool(code.co_flags & _CO_VARKEYWORDS)
