@@ -368,3 +368,15 @@ def test_patch_of_normal_size_still_works(plain: tuple[Path, Path]) -> None:
     res = recon(tmp, "hotfix", str(snap), "--patch", str(padded), "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["patched"]["sha256"] == hashlib.sha256(PATCHED).hexdigest()
+
+
+def test_probe_env_takes_only_variable_names(tmp_path: Path) -> None:
+    """A `--env` value is written into the bundle's README: one that is not a variable name
+    (a newline and a code fence in it would end the README's block) is refused in one line."""
+    bad = "X\n```\ndocker run evil\n```"
+    done = subprocess.run([sys.executable, "-m", "recon", "probe", "new", "-o", str(tmp_path / "b"),
+                           "-t", "m:f", "--unchecked", "--env", bad],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert [ln for ln in done.stderr.splitlines() if ln.startswith("recon: error:")]
+    assert not (tmp_path / "b").exists()

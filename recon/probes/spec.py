@@ -123,8 +123,8 @@ class ProbeSpec:
                 except re.error as err:
                     raise ReconError(f"--{name.replace('_', '-')} {pattern!r}: {err}") from err
         for var in self.env:
-            if not var or "=" in var:
-                raise ReconError(f"--env takes a variable name, not {var!r}")
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                raise ReconError(f"--env takes a variable name (letters, digits, _), not {var!r}")
         if not self.log_dir.startswith("/"):
             raise ReconError(f"--log-dir is a path inside the container and must be absolute: "
                              f"{self.log_dir!r}")
