@@ -380,3 +380,86 @@ def test_registry_error_body(registry_answering: str, tmp_path: Path, force: boo
                    "--insecure", "-o", str(tmp_path / "snaps"), cwd=tmp_path, force=force)
     _, err = check(result, force, rc=(2, 3), shown=SHOWN, where="err")
     assert err.count("recon: error:") == 1 and len(err.strip().splitlines()) == 1, err
+
+
+# -- rich markup in data: shown as text, never obeyed ------------------------------------------
+#: SGR escape sequences rich writes on a terminal; the parameters are checked for the ones the
+#: data asks for ([conceal] is SGR 8, [blink] 5, [reverse] 7, [strike] 9).
+SGR = re.compile(rb"\x1b\[([0-9;]*)m")
+ASKED = {"5", "7", "8", "9"}
+
+
+def attributes(params: str) -> list[str]:
+    """The SGR attributes of ``params``, less the operands of 256- and true-colour codes."""
+    codes, out = params.split(";"), []
+    while codes:
+        code = codes.pop(0)
+        if code in ("38", "48", "58") and codes:  # 5;N or 2;R;G;B follow
+            del codes[:2 if codes[0] == "5" else 4]
+        else:
+            out.append(code)
+    return out
+
+
+def verbatim(result: tuple[int, bytes, bytes], force: bool, *texts: str,
+             rc: int | tuple[int, ...] = 0) -> str:
+    """No style the data asked for, no hyperlink, and each of ``texts`` shown as written."""
+    out, _ = check(result, force, rc=rc, shown=None)
+    for params in SGR.findall(result[1]) + SGR.findall(result[2]):
+        asked = ASKED & set(attributes(params.decode()))
+        assert not asked, f"SGR {sorted(asked)} written: {result[1][-1500:]!r}"
+    assert b"\x1b]8;" not in result[1], "hyperlink written"
+    for text in texts:
+        assert text in out, f"{text!r} not shown: {out[-3000:]!r}"
+    return out
+
+
+@MODES
+def test_markup_in_a_log_line_and_file_name(tmp_path: Path, force: bool) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "[conceal]X.log").write_text(
+        "INFO 01-01 00:00:00 x.py:1] Initializing a V1 LLM engine (v0.9[/][conceal]SECRET[/]"
+        "[link=https://e]click) with config: model='x'\n")
+    verbatim(recon("logs", "[conceal]X.log", cwd=tmp_path, force=force), force,
+             "[conceal]X.log", "[/][conceal]SECRET[/][link=https://e]click", rc=(0, 6))
+
+
+@MODES
+def test_markup_in_a_probe_log_target(tmp_path: Path, force: bool) -> None:
+    (tmp_path / "home").mkdir()
+    logs = tmp_path / "probe-logs"
+    logs.mkdir()
+    target = "m:f [conceal]HIDDEN"
+    records = [{"kind": "VERIFY", "pid": 1, "targets": {target: "patched"}},
+               {"kind": "call", "pid": 1, "target": target, "n": 0, "args": {}}]
+    (logs / "probe-1-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    verbatim(recon("probe", "read", str(logs), cwd=tmp_path, force=force), force, target)
+
+
+@MODES
+def test_markup_in_a_module_name_and_source_line(tmp_path: Path, force: bool) -> None:
+    (tmp_path / "home").mkdir()
+    pkg = tmp_path / "src" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m[conceal]Z.py").write_text('def f():\n    x = "[conceal]HIDE"\n    return x\n')
+    assert recon("snapshot", "take", "dir:src", "-o", "out", "--name", "s", cwd=tmp_path)[0] == 0
+    verbatim(recon("has", "f", "--in", "out/s", "-p", "HIDE", "--regex", cwd=tmp_path,
+                   force=force), force, "vllm/m[conceal]Z.py", 'x = "[conceal]HIDE"')
+
+
+@MODES
+def test_markup_in_manifest_fields(tmp_path: Path, force: bool) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "src" / "vllm").mkdir(parents=True)
+    (tmp_path / "src" / "vllm" / "__init__.py").write_text("")
+    assert recon("snapshot", "take", "dir:src", "-o", "out", "--name", "s", cwd=tmp_path)[0] == 0
+    path = tmp_path / "out" / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["package"]["import_root"] = "/s[conceal]HID1"
+    manifest["python"]["version"] = "/s[conceal]HID2"
+    manifest["tool"]["version"] = "/s[conceal]HID3"
+    manifest["layers"][0]["digest"] = "/s[conceal]HID4"
+    path.write_text(json.dumps(manifest))
+    verbatim(recon("snapshot", "show", "out/s", cwd=tmp_path, force=force), force,
+             *(f"/s[conceal]HID{i}" for i in range(1, 5)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .output import console, emit_json
@@ -39,7 +40,7 @@ def ls_cmd(
         emit_json({"cache": str(cache_dir()), "bytes": sum(r.bytes for r in rows),
                    "kinds": [r.to_json() for r in rows]})
         return
-    table = Table(title=f"recon cache: {cache_dir()}")
+    table = Table(title=escape(f"recon cache: {cache_dir()}"))
     for col in ("kind", "entries", "size", "oldest change", "newest change", "what"):
         table.add_column(col, justify="right" if col in ("entries", "size") else "left")
     for r in rows:
@@ -81,7 +82,7 @@ def prune_cmd(
     verb = "would remove" if dry_run else "removed"
     for k, e in gone:
         console.print(f"{verb} {k}/{e.name} ({human(e.bytes)}, changed {_when(e.modified)})",
-                      soft_wrap=True, highlight=False)
+                      soft_wrap=True, highlight=False, markup=False)
     for k, e in in_use:
         console.print(f"kept {k}/{e.name} ({human(e.bytes)}): in use by a running recon",
                       soft_wrap=True, highlight=False, markup=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 
 from .output import console, emit_json, err_console
 
@@ -45,7 +46,7 @@ def demo_cmd(
         emit_json(rep.to_json())
     else:
         show(rep)
-        console.print(f"\n[green]report written:[/] {report}")
+        console.print(f"\n[green]report written:[/] {escape(str(report))}")
     if rep.failed:
         err_console.print(f"recon demo: {rep.tally()}", markup=False, soft_wrap=True)
         raise typer.Exit(1)

@@ -52,7 +52,7 @@ def _write_report(path: str, text: str) -> None:
         sys.stdout.write(text)
         return
     write_text(Path(path), text)
-    console.print(f"report written to [bold]{path}[/]")
+    console.print(f"report written to [bold]{escape(str(path))}[/]")
 
 
 # -- diff ------------------------------------------------------------------------------------------
@@ -103,12 +103,12 @@ def _print_diff(result: DiffResult, *, show: bool, all_moved: bool, all_files: b
     from ..diffing.render import keyed_rows, rows
 
     r = rows(result, all_moved=all_moved)
-    console.print(f"[bold]A[/] {result.a.label}  [dim]{result.a.ref or ''}[/]")
-    console.print(f"[bold]B[/] {result.b.label}  [dim]{result.b.ref or ''}[/]")
+    console.print(f"[bold]A[/] {escape(result.a.label)}  [dim]{escape(result.a.ref or '')}[/]")
+    console.print(f"[bold]B[/] {escape(result.b.label)}  [dim]{escape(result.b.ref or '')}[/]")
     if "image" in r:
         img = r["image"]
         if img["note"]:
-            console.print(f"[bold]image[/]: [dim]{img['note']}[/]")
+            console.print(f"[bold]image[/]: [dim]{escape(img['note'])}[/]")
         if img["fields"] or img["env"] or img["labels"] or img["layers"]:
             t = _table("image", "what", "key", "A", "B")
             for k, va, vb in img["fields"]:
@@ -202,10 +202,10 @@ def _print_functions(result: DiffResult, *, all_moved: bool, limit: int) -> None
     fd = result.functions
     assert fd is not None
     if fd.focus:
-        console.print(f"[bold]focus[/]: {fd.focus['target']} depth {fd.focus['depth']} "
+        console.print(f"[bold]focus[/]: {escape(str(fd.focus['target']))} depth {fd.focus['depth']} "
                       f"({len(fd.focus['members'])} functions on the chain)", soft_wrap=True)
     if fd.note:
-        console.print(f"[yellow]{fd.note}[/]")
+        console.print(f"[yellow]{escape(fd.note)}[/]")
     if fd.changes:
         t = Table("kind", title="functions")
         t.add_column("function", overflow="fold")
@@ -231,7 +231,7 @@ def _print_change_diff(c: FunctionChange, out: Console = console) -> None:
 
     if not c.diff:
         return
-    out.rule(f"{c.kind}: {c.qualname}")
+    out.rule(escape(f"{c.kind}: {c.qualname}"))
     out.print(highlighted(c.diff), end="", soft_wrap=True)
 
 
@@ -264,7 +264,7 @@ def _print_bisect(result: BisectResult) -> None:
     if result.target != "function":
         _print_bisect_assignment(result)
         return
-    t = Table("release", "present", title=result.qualname)
+    t = Table("release", "present", title=escape(result.qualname))
     t.add_column("where", overflow="fold")
     t.add_column("hash")
     t.add_column("signature", overflow="fold")
@@ -283,7 +283,7 @@ def _print_bisect(result: BisectResult) -> None:
                   _kind(row.status) + mark + (f"\n[dim]{escape(detail)}[/]" if detail else "")
                   + (f"\n[dim]{escape(row.note)}[/]" if row.note and fn else ""))
     console.print(t)
-    console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
+    console.print(f"[bold]{escape(result.verdict())}[/]", soft_wrap=True)
     if result.diff:
         console.print(highlighted(result.diff), end="", soft_wrap=True)
     console.print(f"[dim]{result.seconds:.2f}s[/]")
@@ -296,7 +296,7 @@ def _print_bisect_assignment(result: BisectResult) -> None:
     from ..diffing import highlighted
 
     what = {"field": "class field", "constant": "module constant"}[result.target]
-    t = Table("release", "present", title=f"{result.qualname} ({what})")
+    t = Table("release", "present", title=escape(f"{result.qualname} ({what})"))
     t.add_column("where", overflow="fold")
     t.add_column("assignment", overflow="fold")
     t.add_column("vs previous", overflow="fold")
@@ -314,7 +314,7 @@ def _print_bisect_assignment(result: BisectResult) -> None:
                   _kind(row.status) + mark + (f"\n[dim]{escape(detail)}[/]" if detail else ""))
         prev = a
     console.print(t)
-    console.print(f"[bold]{result.verdict()}[/]", soft_wrap=True)
+    console.print(f"[bold]{escape(result.verdict())}[/]", soft_wrap=True)
     if result.diff:
         console.print(highlighted(result.diff), end="", soft_wrap=True)
     console.print(f"[dim]{result.seconds:.2f}s[/]")
@@ -350,13 +350,13 @@ def _print_has(result: HasResult) -> None:
     from ..diffing import highlighted
 
     style = {"yes": "bold green", "no": "bold red", "different": "bold yellow"}[result.answer]
-    console.print(f"[{style}]{result.answer}[/]: {result.why}", highlight=False, soft_wrap=True)
+    console.print(f"[{style}]{result.answer}[/]: {escape(result.why)}", highlight=False, soft_wrap=True)
     for lineno, text in result.matches:
-        console.print(f"  {lineno:>6} | {text}", highlight=False, soft_wrap=True)
+        console.print(f"  {lineno:>6} | {escape(text)}", highlight=False, soft_wrap=True)
     if result.fix_lines:
         console.print("lines the fix added:")
         for text, present in result.fix_lines:
-            console.print(f"  {'[green]present[/]' if present else '[red]missing[/]'}  {text}",
+            console.print(f"  {'[green]present[/]' if present else '[red]missing[/]'}  {escape(text)}",
                           highlight=False)
     if result.diff:
         console.print(highlighted(result.diff), end="", soft_wrap=True)

@@ -75,7 +75,7 @@ def engine_config_cmd(
     cfg = load_config(config) or {}  # a path always gives a dict; None only for no config
     gpu, read_as = board_for(gpu)  # a board, an alias, a device name or a compute capability
     if read_as:
-        err_console.print(f"recon: assumed {read_as}")
+        err_console.print(f"recon: assumed {read_as}", markup=False)
     snap = ensure_snapshot(snapshot)
     if snap.package == "sglang":
         if llm or engine_context or kv_memory_gib is not None:
@@ -98,15 +98,15 @@ def engine_config_cmd(
         return
     data = facts.as_json()
     for line in facts.assumptions:
-        err_console.print(f"recon: assumed {line}")
+        err_console.print(f"recon: assumed {line}", markup=False)
     for key, label in LABELS:
         if data.get(key) is not None:
-            console.print(f"{label:45} {data[key]}")
+            console.print(f"{label:45} {data[key]}", markup=False)
     for name, backend in facts.attention_backends.items():
-        console.print(f"{'attention backend ' + name.split(':')[0]:45} {backend}")
+        console.print(f"{'attention backend ' + name.split(':')[0]:45} {backend}", markup=False)
     console.print(f"replaced: {', '.join(facts.replaced.get('compiled_modules', []))} "
                   f"(empty modules); device queries ({facts.gpu.key}); "
-                  f"{', '.join(facts.replaced.get('in_process', []))} (in process)")
+                  f"{', '.join(facts.replaced.get('in_process', []))} (in process)", markup=False)
     console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
 
 
@@ -129,9 +129,9 @@ def _sglang(snap: object, flags: str, cfg: dict[str, Any] | None, gpu: str | Non
         emit_json(facts.as_json())
         return
     for line in facts.assumptions:
-        err_console.print(f"recon: assumed {line}")
+        err_console.print(f"recon: assumed {line}", markup=False)
     console.print(f"{facts.release}: {len(facts.changed)} fields differ from their "
-                  f"defaults (resolved by {facts.resolution})")
+                  f"defaults (resolved by {facts.resolution})", markup=False)
     for name, change in facts.changed.items():
         by = change.get("decided_by") or {}
         how = " + ".join(change.get("changed_by", []))
@@ -140,7 +140,7 @@ def _sglang(snap: object, flags: str, cfg: dict[str, Any] | None, gpu: str | Non
         console.print(f"{'':45} {how}{': ' + who if who else ''}", markup=False, style="dim")
     check = facts.launch_check
     if check.get("ok") is False:
-        err_console.print(f"recon: the release refuses to launch: {check.get('error')}")
+        err_console.print(f"recon: the release refuses to launch: {check.get('error')}", markup=False)
     rep = facts.replaced
     console.print(f"replaced: device queries ({facts.gpu.key}); GPU-only packages "
                   f"{', '.join(rep.get('gpu_packages', [])) or 'none'} (recording stand-ins); "

@@ -43,7 +43,7 @@ def index_cmd(
         emit_json(data)
         return
     st = idx.stats
-    console.print(f"[bold]{idx.label}[/]: {len(idx.modules)} modules, {len(idx.classes)} classes, "
+    console.print(f"[bold]{escape(idx.label)}[/]: {len(idx.modules)} modules, {len(idx.classes)} classes, "
                   f"{len(idx.functions)} functions")
     console.print(f"{st.files} files: {st.parsed} parsed ({st.workers or 'no'} worker processes), "
                   f"{st.cached} from cache, in {st.seconds:.2f}s")
@@ -174,9 +174,9 @@ def chain_cmd(
         return
     _print_chain(idx, result, show_unresolved)
     if output is not None:
-        console.print(f"picture written to {output}")
+        console.print(f"picture written to {output}", markup=False)
     if kept is not None:
-        console.print(f"pruned snapshot with {len(kept.files)} files written to [bold]{kept.root}[/]")
+        console.print(f"pruned snapshot with {len(kept.files)} files written to [bold]{escape(str(kept.root))}[/]")
 
 
 def _short(idx: SnapshotIndex, q: str) -> Text:
@@ -224,7 +224,7 @@ def _print_chain(idx: SnapshotIndex, r: ChainResult, show_unresolved: bool) -> N
     for path in r.paths:
         console.print(Text.assemble(("path: ", "green"), " -> ".join(split_qualname(q)[1] for q in path)))
     if r.source and not r.paths:
-        console.print(f"[yellow]no path from {r.source} found within the depth[/]")
+        console.print(f"[yellow]no path from {escape(r.source)} found within the depth[/]")
     table = Table("#", "file", "chain functions", "distance", title="files on the chain")
     for i, f in enumerate(r.files, 1):
         table.add_row(str(i), escape(f.path), str(f.count), str(f.distance))
@@ -237,7 +237,7 @@ def _print_chain(idx: SnapshotIndex, r: ChainResult, show_unresolved: bool) -> N
             t.add_row(escape(split_qualname(s.caller)[1]), str(s.lineno), escape(s.text), escape(s.detail))
         console.print(t)
     if r.partial:
-        err_console.print(f"[yellow]partial answer: {r.reason}[/]")
+        err_console.print(f"[yellow]partial answer: {escape(str(r.reason))}[/]")
 
 
 def register(app: typer.Typer) -> None:

@@ -111,13 +111,13 @@ def check(
         emit_json(result.to_json())
     else:
         status = "[green]loaded[/]" if result.ok else "[red]NOT OK[/]"
-        console.print(f"{status}: {result.python} (Python {result.python_version or '?'}), "
+        console.print(f"{status}: {escape(result.python)} (Python {escape(result.python_version or '?')}), "
                       f"exit {result.returncode}, {result.elapsed_ms:.0f} ms")
-        console.print(f"chained sitecustomize: {result.chained_sitecustomize or 'none'}")
+        console.print(f"chained sitecustomize: {escape(result.chained_sitecustomize or 'none')}")
         if result.unprivileged:
             console.print(f"unprivileged user: {escape(result.unprivileged)}")
         if result.log_error:
-            console.print(f"[red]log directory not writable[/]: {result.log_error}")
+            console.print(f"[red]log directory not writable[/]: {escape(result.log_error)}")
         table = Table("target", "status")
         for q, status_text in result.targets.items():
             table.add_row(escape(q), escape(status_text))
@@ -167,7 +167,7 @@ def read(
     if summary.cap_note():
         console.print(summary.cap_note(), markup=False)
     for t in summary.targets:  # one block per target: qualnames are too long for a table column
-        console.rule(t.qualname, align="left")
+        console.rule(escape(t.qualname), align="left")
         console.print(f"patched in {t.patched_in} processes, calls {_calls(t)}, logged {t.logged}"
                       f" ({t.meta_only} metadata-only), raised {t.raised}, errors {t.errors}",
                       markup=False)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from ..errors import DISTRIBUTION, ReconError
 from .output import console, emit_json, err_console
@@ -114,7 +115,7 @@ def run_cmd(
     if not res.applicable:
         raise typer.Exit(NOT_APPLICABLE_EXIT)
     if res.undecided:
-        err_console.print(f"[red]recon: not decided here:[/] {res.undecided}")
+        err_console.print(f"[red]recon: not decided here:[/] {escape(str(res.undecided))}")
         raise typer.Exit(UNDECIDED_EXIT)
 
 

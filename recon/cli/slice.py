@@ -118,7 +118,7 @@ def slice_cmd(
 def _slice_tables(meta: dict[str, Any], out: Path) -> None:
     from rich.table import Table
 
-    t = Table(title=f"slice of {meta['snapshot']['label']} -> {out}")
+    t = Table(title=escape(f"slice of {meta['snapshot']['label']} -> {out}"))
     t.add_column("file", overflow="fold")
     t.add_column("lines", justify="right")
     t.add_column("sha256")
@@ -217,7 +217,7 @@ def show_result(res: RunResult) -> None:
     from rich.table import Table
 
     snap = res.snapshot
-    head = Table(title=f"{res.target}  ({snap.get('package')} {snap.get('version')})",
+    head = Table(title=_safe(f"{res.target}  ({snap.get('package')} {snap.get('version')})"),
                  show_header=False)
     head.add_column("key", style="bold cyan")
     head.add_column("value", overflow="fold")

@@ -84,19 +84,19 @@ def _show(snap: Snapshot, as_json: bool) -> None:
     if as_json:
         emit_json(m.to_json())
         return
-    t = Table(title=f"snapshot {snap.name}", show_header=False)
+    t = Table(title=f"snapshot {escape(snap.name)}", show_header=False)
     t.add_column("key", style="bold cyan")
     t.add_column("value")
     pkg = m.package
-    t.add_row("package", f"{pkg.name} {pkg.version or '?'} at {pkg.import_root}")
+    t.add_row("package", escape(f"{pkg.name} {pkg.version or '?'} at {pkg.import_root}"))
     if pkg.other_copies:
-        t.add_row("other copies", "\n".join(pkg.other_copies))
+        t.add_row("other copies", escape("\n".join(pkg.other_copies)))
     t.add_row("source", escape(str(m.source.get("ref"))))
-    t.add_row("digest", str(m.source.get("digest")))
+    t.add_row("digest", escape(str(m.source.get("digest"))))
     if m.source.get("platform"):
-        t.add_row("platform", str(m.source["platform"]))
+        t.add_row("platform", escape(str(m.source["platform"])))
     py = m.python
-    t.add_row("python", f"{py.version or '?'} ({py.executable or 'no interpreter found'})")
+    t.add_row("python", escape(f"{py.version or '?'} ({py.executable or 'no interpreter found'})"))
     img = m.image
     if img:
         t.add_row("entrypoint", escape(str(img.get("entrypoint"))))
@@ -108,7 +108,7 @@ def _show(snap: Snapshot, as_json: bool) -> None:
     t.add_row("files", f"{m.stats.get('files')} ({human_bytes(int(m.stats.get('bytes') or 0))}); "
               f"{m.selection.get('skipped_files', len(m.skipped))} skipped (binaries or --include)")
     t.add_row("distributions", str(len(m.distributions)))
-    t.add_row("created", f"{m.created} by recon {m.tool.get('version')}")
+    t.add_row("created", escape(f"{m.created} by recon {m.tool.get('version')}"))
     console.print(t)
     _show_layers(m)
 
@@ -128,7 +128,7 @@ def _show_layers(m: Manifest) -> None:
         for col in ("#", "diff id"):
             lt.add_column(col, justify="right" if col == "#" else "left")
         for i, diff_id in enumerate(ids):
-            lt.add_row(str(i), escape(str(diff_id))[:27])
+            lt.add_row(str(i), escape(str(diff_id)[:27]))
         console.print(lt)
         console.print(f"The files were read from the engine's merged view of the image (read: "
                       f"{escape(str(m.source.get('read')))}), so none says which layer it came from; "
@@ -143,7 +143,7 @@ def _show_layers(m: Manifest) -> None:
     for col in ("#", "digest", "size", "package files"):
         lt.add_column(col, justify="right" if col != "digest" else "left")
     for layer in layers:
-        lt.add_row(str(layer["index"]), layer["digest"][:27], human_bytes(layer.get("size", 0)),
+        lt.add_row(escape(str(layer["index"])), escape(str(layer["digest"])[:27]), human_bytes(layer.get("size", 0)),
                    str(counts.get(layer["index"], 0)))
     console.print(lt)
 
@@ -157,7 +157,7 @@ def _verify(snap: Snapshot, as_json: bool, quiet: bool) -> None:
 
     with Progress(console=err_console, transient=True,
                   disable=as_json or quiet or not err_console.is_terminal) as bar:
-        task = bar.add_task(f"hashing {snap.name}", total=None)
+        task = bar.add_task(f"hashing {escape(snap.name)}", total=None)
         found = verify_snapshot(snap, progress=lambda done, total: bar.update(task, completed=done, total=total))
     if as_json:
         emit_json(found.to_json())
@@ -195,12 +195,12 @@ def ls_cmd(
     if as_json:
         emit_json(snaps)
         return
-    t = Table(title=f"snapshots in {out or 'snapshots/'}")
+    t = Table(title=f"snapshots in {escape(str(out or 'snapshots/'))}")
     for col in ("name", "package", "version", "files", "size", "source"):
         t.add_column(col)
     for s in snaps:
-        t.add_row(s["name"], s["package"], str(s["version"]), str(s["files"]),
-                  human_bytes(s["bytes"]), s["source"])
+        t.add_row(escape(str(s["name"])), escape(str(s["package"])), escape(str(s["version"])),
+                  str(s["files"]), human_bytes(s["bytes"]), escape(str(s["source"])))
     console.print(t)
 
 
@@ -278,7 +278,7 @@ def snapshot_cmd(
         emit_json(summary(snap))
     elif not quiet:
         _show(snap, False)
-        console.print(f"[green]snapshot written:[/] {snap.root}")
+        console.print(f"[green]snapshot written:[/] {escape(str(snap.root))}")
 
 
 def _layer_progress(as_json: bool, quiet: bool) -> tuple[Progress, Callable[[Layer, str], None]]:
@@ -293,7 +293,7 @@ def _layer_progress(as_json: bool, quiet: bool) -> tuple[Progress, Callable[[Lay
 
     def on_layer(layer: Layer, event: str) -> None:
         if layer.index not in tasks:
-            label = "docker save" if layer.index < 0 else f"layer {layer.index} {layer.digest[:19]}"
+            label = "docker save" if layer.index < 0 else escape(f"layer {layer.index} {layer.digest[:19]}")
             tasks[layer.index] = progress.add_task(label, total=layer.size or None)
         progress.update(tasks[layer.index], completed=layer.bytes_read if event != "done" else layer.size or layer.bytes_read)
 
@@ -321,7 +321,7 @@ def _note_other_copies(snap: Snapshot, quiet: bool) -> None:
     if pkg.other_copies and not quiet:  # say so: the image holds more than one copy
         by = f"the one {py.executable} imports" if py.executable else "by search order"
         n = len(pkg.other_copies)
-        err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {pkg.name} in the image "
+        err_console.print(f"note: {n} other {'copy' if n == 1 else 'copies'} of {escape(pkg.name)} in the image "
                           f"({escape(', '.join(pkg.other_copies))}); took {escape(str(pkg.real_path))}, "
                           f"{escape(by)}; --python picks another interpreter")
 

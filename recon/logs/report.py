@@ -273,7 +273,7 @@ def render_console(report: LogReport, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console.print(f"[bold]{headline(report)}[/]")
+    console.print(Text(headline(report), style="bold"))  # the path and version are data
     if not report.log.events and not report.log.errors:
         console.print("[yellow]no engine line recognised (is this a vLLM or SGLang server log?)[/]")
     colours = {"error": "red", "warn": "yellow", "info": "blue", "MISMATCH": "bold red",
@@ -284,7 +284,7 @@ def render_console(report: LogReport, console: Any) -> None:
         if cut > 0:  # a terminal table of tens of thousands of rows takes minutes to draw
             caption = (caption + "; " if caption else "") + (
                 f"the first {CONSOLE_ROWS} of {len(s.rows):,} rows; --json or --markdown has all")
-        t = Table(title=s.title, caption=Text(caption) if caption else None, show_lines=False)
+        t = Table(title=Text(s.title), caption=Text(caption) if caption else None, show_lines=False)
         for c in s.columns:
             t.add_column(c, overflow="fold")
         for row in rows:

@@ -202,11 +202,12 @@ class RecipeResult:
 
     def render(self, console: Any) -> None:
         """Rich tables on a terminal."""
+        from rich.markup import escape
         from rich.panel import Panel
         from rich.table import Table as RTable
         from rich.text import Text
 
-        head = f"[bold]{self.recipe}[/] on {self.release}"
+        head = f"[bold]{escape(self.recipe)}[/] on {escape(self.release)}"
         if not self.applicable:
             console.print(Panel(Text(self.summary or f"not applicable: {self.reason}"), title=head,
                                 border_style="yellow", expand=False))
@@ -218,22 +219,22 @@ class RecipeResult:
             vt.add_column("quantity", style="cyan")
             vt.add_column("value")
             for k, v in self.values.items():
-                vt.add_row(k, _short(v, 300))
+                vt.add_row(Text(k), Text(_short(v, 300)))
             console.print(vt)
         for t in self.tables:
-            rt = RTable(title=t.title)
+            rt = RTable(title=Text(t.title))
             for c in t.columns:
-                rt.add_column(c)
+                rt.add_column(Text(c))
             for row in t.rows:
-                rt.add_row(*[_short(c, 80) for c in row])
+                rt.add_row(*[Text(_short(c, 80)) for c in row])
             console.print(rt)
         colours = {"ok": "green", "info": "blue", "warn": "yellow", "error": "red"}
         for f in self.findings:
-            console.print(f"[{colours.get(f.level, 'white')}]{f.level:>5}[/] {f.text}")
+            console.print(f"[{colours.get(f.level, 'white')}]{escape(f'{f.level:>5}')}[/] {escape(f.text)}")
         for p in self.provenance:
-            console.print(f"[dim]ran {p.qualname} ({p.file}:{p.line}, sha256 {p.sha256[:12]})[/]")
+            console.print(Text(f"ran {p.qualname} ({p.file}:{p.line}, sha256 {p.sha256[:12]})", style="dim"))
         for n in self.notes:
-            console.print(f"[dim]note: {n}[/]")
+            console.print(Text(f"note: {n}", style="dim"))
 
 
 def _short(v: Any, width: int = 120) -> str:
