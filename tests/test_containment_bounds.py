@@ -322,3 +322,107 @@ def test_a_published_config_still_reads(tmp_path: Path) -> None:
     proc, _ = recon("engine-config", "pip:vllm==0.10.2", "--flags", "vllm serve m",
                     "--config", str(config), env=env, cwd=tmp_path)
     assert "config.json" not in proc.stderr, proc.stderr[-2000:]
+
+
+# --- recon probe read: hostile probe logs ----------------------------------------------
+
+#: a VERIFY record as the probe runtime writes it (one process, one target)
+GOOD_RECORD = {"kind": "VERIFY", "t": 1.0, "pid": 7, "ppid": 1, "forked_from": None,
+               "argv": ["python", "-m", "vllm"], "python": "3.12.3", "log_error": None,
+               "env": {}, "chained_sitecustomize": None, "targets": {"m:f": "patched"},
+               "max_files": 64}
+
+#: one crafted line each: a shape the runtime never writes
+BAD_RECORDS = {
+    "100,000-deep nesting": '{"kind": "call", "pid": 7, "args": ' + "[" * 100_000 + "}",
+    "pid a string": '{"kind": "VERIFY", "pid": "abc"}',
+    "pid an object": '{"kind": "VERIFY", "pid": {}}',
+    "target a list": '{"kind": "patched", "pid": 7, "target": ["a"]}',
+    "n Infinity": '{"kind": "call", "pid": 7, "target": "m:f", "n": Infinity}',
+    "patched without target": '{"kind": "patched", "pid": 7, "status": "patched"}',
+    "argv a number": '{"kind": "VERIFY", "pid": 7, "argv": 5}',
+}
+
+
+def _probe_dir(tmp_path: Path, *lines: str) -> Path:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "probe-7-20260101T000000.jsonl").write_text("".join(ln + "\n" for ln in lines))
+    return logs
+
+
+def _one_unreadable_line(proc: subprocess.CompletedProcess[str]) -> str:
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-3000:]
+    lines = [ln for ln in out.splitlines() if "unreadable" in ln]
+    assert len(lines) == 1, out[-3000:]
+    assert "probe-7-20260101T000000.jsonl" in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_a_crafted_probe_record_is_skipped_and_counted(case: str, tmp_path: Path) -> None:
+    """Beside a good record the crafted one is one counted line, the rest reads (exit 0)."""
+    logs = _probe_dir(tmp_path, json.dumps(GOOD_RECORD), BAD_RECORDS[case])
+    proc, seconds = recon("probe", "read", str(logs), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 unreadable" in _one_unreadable_line(proc)
+    assert "1 processes" in proc.stdout
+    assert seconds < 30
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_a_log_of_only_crafted_records_is_one_error_line(case: str, tmp_path: Path) -> None:
+    logs = _probe_dir(tmp_path, BAD_RECORDS[case])
+    proc, _ = recon("probe", "read", str(logs), cwd=tmp_path)
+    line = refused(proc, "no record", "probe-7-20260101T000000.jsonl")
+    assert "1 unreadable" in line
+
+
+def test_a_200_mib_probe_record_is_skipped_in_bounded_memory(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "probe-7-20260101T000000.jsonl"
+    with open(log, "wb") as fh:
+        fh.write(json.dumps(GOOD_RECORD).encode() + b"\n")
+        fh.write(b'{"kind": "call", "pid": 7, "target": "m:f", "n": 0, "x": "')
+        for _ in range(200):
+            fh.write(b"x" * (1 << 20))
+        fh.write(b'"}\n')
+    try:
+        proc, seconds = recon("probe", "read", str(logs), cwd=tmp_path)
+    finally:
+        log.unlink()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 unreadable" in _one_unreadable_line(proc)
+    assert seconds < 20
+
+
+# --- recon logs: lines built to make a row's expression backtrack -----------------------
+
+#: per row that was quadratic in a line's length: a line under the 8 KiB line limit that
+#: makes it retry at every start (or every repeat of its words), and how many such lines
+SLOW_LINES = {
+    "kv_tokens.joined": ("A" * 8000 + " KV cache", 15),
+    "load_weight": (("Load weight end. type=A," * 400)[:8000], 1000),
+    "util_hint": (("current --gpu-memory-utilization=1 is equivalent to "
+                   "--gpu-memory-utilization=1 without CUDA graph" * 90)[:8000], 3000),
+    "engine_stats": (("Avg prompt throughput: 1 tokens/s, Avg generation throughput: 1 tokens/s,"
+                      " Running: 1 reqs, Waiting: 0 reqs," * 70)[:8000], 3000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SLOW_LINES))
+def test_a_line_built_to_backtrack_reads_fast(case: str, tmp_path: Path) -> None:
+    """Linear rows read these logs (at most 24 MB) within a small factor of a log of plain lines of the
+    same size (measured beside it, so a loaded machine slows both alike)."""
+    line, count = SLOW_LINES[case]
+    plain = tmp_path / "plain.log"
+    plain.write_text(("INFO 01-01 00:00:00 [x.py:1] " + "x" * len(line) + "\n") * count)
+    _, baseline = recon("logs", str(plain), "--json", timeout=120, cwd=tmp_path)
+    log = tmp_path / "r.log"
+    log.write_text(("INFO 01-01 00:00:00 [x.py:1] " + line + "\n") * count)
+    proc, seconds = recon("logs", str(log), "--json", timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["log"]["lines"] == count
+    assert seconds < 10 * baseline + 3, (seconds, baseline)  # the old rows: 16-25 s against ~1

@@ -149,7 +149,7 @@ def read(
 
     summary = read_logs(logdir)
     if not summary.processes:
-        raise NoRecords(_no_records(logdir, summary.bad_lines))
+        raise NoRecords(_no_records(logdir, summary.unreadable_note()))
     if as_json:
         emit_json(summary.to_json())
         return
@@ -175,8 +175,8 @@ def read(
             console.print(f"  shapes {sig}  x{n}", markup=False)
         console.print(f"  first  {compact(t.first, 200)}", markup=False)
         console.print(f"  last   {compact(t.last, 200)}", markup=False)
-    if summary.bad_lines:
-        console.print(f"[yellow]{summary.bad_lines} unreadable lines[/]")
+    if summary.unreadable_note():
+        console.print(summary.unreadable_note(), style="yellow", markup=False, soft_wrap=True)
 
 
 class NoRecords(ReconError):
@@ -186,9 +186,9 @@ class NoRecords(ReconError):
     exit_code = 1
 
 
-def _no_records(logdir: Path, bad_lines: int) -> str:
-    found = (f"its probe-*.jsonl files hold {bad_lines} unreadable lines and no record"
-             if bad_lines else "no probe-*.jsonl file there or one folder down holds a record")
+def _no_records(logdir: Path, unreadable: str | None) -> str:
+    found = (f"its probe-*.jsonl files hold no record: {unreadable}"
+             if unreadable else "no probe-*.jsonl file there or one folder down holds a record")
     return (f"no records in {logdir}: {found}; was the folder writable by the engine's user? "
             "(`recon probe check BUNDLE` says whether a process can write its log directory)")
 

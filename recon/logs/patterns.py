@@ -218,6 +218,14 @@ def _r(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+def _first(words: str) -> str:
+    """The start of a row that is tried once, at the first occurrence of ``words``: a
+    lookahead holds what it matched and gives none of it back (Python 3.10's atomic group;
+    ``(?>...)`` came in 3.11). A line that repeats ``words`` costs one pass, not one per
+    occurrence. Must open the expression: the lookahead's group is group 1."""
+    return rf"^(?=(.*?{words}))\1"
+
+
 _F = r"(?:\d[\d,]*(?:\.\d+)?)"  # a printed number (thousands separators allowed)
 
 #: The table. Order matters: first match wins.
@@ -233,7 +241,7 @@ PATTERNS: list[LinePattern] = [
                 _r(r"^[^█▀▄]*[█▀▄].*\bversion\s+(?P<version>\d[\w.+-]*)\s*$"),
                 "source 0.29.0-0.33.0 (the start-up logo)"),
     LinePattern("vllm.args.non_default", "vllm", "args",
-                _r(r"^(?>.*?non-default args: )(?P<args>\{.*\})\s*$"),
+                _r(_first(r"non-default args: ") + r"(?P<args>\{.*\})\s*$"),
                 "source 0.10.2 (utils.py), 0.29.0 (api_utils.py), 0.33.0 (startup.py)",
                 convert=_args_dict),
     LinePattern("vllm.args.namespace", "vllm", "args",
@@ -241,12 +249,12 @@ PATTERNS: list[LinePattern] = [
                 "public logs 0.4-0.8 (api_server printed the argparse Namespace)",
                 convert=_args_call),
     LinePattern("vllm.config.v1", "vllm", "config",
-                _r(r"^(?>.*?Initializing a V1 LLM engine \(v)(?P<version>[^)]+)\) with config: "
+                _r(_first(r"Initializing a V1 LLM engine \(v") + r"(?P<version>[^)]+)\) with config: "
                    r"(?P<resolved>.*)$"),
                 "source 0.10.2 (compilation_config as JSON), 0.29.0-0.33.0 (as a dict repr)",
                 convert=_vllm_config),
     LinePattern("vllm.config.v0", "vllm", "config",
-                _r(r"^(?>.*?Initializing an LLM engine \(v)(?P<version>[^)]+)\) with config: "
+                _r(_first(r"Initializing an LLM engine \(v") + r"(?P<version>[^)]+)\) with config: "
                    r"(?P<resolved>.*)$"),
                 "public logs 0.4-0.8 (V0 engine)", convert=_vllm_config),
     LinePattern("vllm.max_model_len", "vllm", "startup",
@@ -303,7 +311,7 @@ PATTERNS: list[LinePattern] = [
                 _r(r"Available KV cache memory: (?P<available_kv_cache_memory_gib>\d+(?:\.\d+)?) GiB"),
                 "source 0.10.2 (%.2f), 0.29.0-0.33.0 (format_gib)"),
     LinePattern("vllm.kv_tokens.joined", "vllm", "startup",
-                _r(rf"(?P<kv_cache_pool>[A-Z]+(?: \+ host)?) KV cache size: (?P<kv_cache_tokens>{_F}) "
+                _r(rf"(?<![A-Z])(?P<kv_cache_pool>[A-Z]+(?: \+ host)?) KV cache size: (?P<kv_cache_tokens>{_F}) "
                    rf"tokens, Maximum concurrency for (?P<max_concurrency_len>{_F}) tokens per "
                    rf"request: (?P<max_concurrency>\d+(?:\.\d+)?)x"),
                 "source 0.29.0 ('GPU'), 0.30.0-0.33.0 (device name, '+ host')"),
@@ -323,7 +331,7 @@ PATTERNS: list[LinePattern] = [
                 _r(r"Estimated CUDA graph memory: (?P<cudagraph_memory_estimated_gib>\d+(?:\.\d+)?) GiB"),
                 "source 0.29.0-0.33.0"),
     LinePattern("vllm.cudagraph.util_hint", "vllm", "startup",
-                _r(r"current --gpu-memory-utilization=(?P<gpu_util_current>\d+(?:\.\d+)?) is equivalent "
+                _r(_first(r"current --gpu-memory-utilization=") + r"(?P<gpu_util_current>\d+(?:\.\d+)?) is equivalent "
                    r"to --gpu-memory-utilization=(?P<gpu_util_equivalent>\d+(?:\.\d+)?) without CUDA graph"
                    r".*?increase --gpu-memory-utilization to (?P<gpu_util_suggested>\d+(?:\.\d+)?)"),
                 "source 0.33.0; public logs 0.2x"),
@@ -372,7 +380,7 @@ PATTERNS: list[LinePattern] = [
                    r"(?P<spec_emitted_tokens>\d+)"),
                 "public logs 0.5-0.7 (V0; the rate is a fraction, not %)", series=True),
     LinePattern("vllm.engine_stats", "vllm", "runtime",
-                _r(r"Avg prompt throughput: (?P<prompt_throughput>\d+(?:\.\d+)?) tokens/s, Avg generation "
+                _r(_first(r"Avg prompt throughput: ") + r"(?P<prompt_throughput>\d+(?:\.\d+)?) tokens/s, Avg generation "
                    r"throughput: (?P<generation_throughput>\d+(?:\.\d+)?) tokens/s, Running: "
                    r"(?P<running_reqs>\d+) reqs, Waiting: (?P<waiting_reqs>\d+) reqs,.*?KV cache "
                    r"usage: (?P<kv_cache_usage_pct>\d+(?:\.\d+)?)%(?:, Prefix cache hit rate: "
@@ -380,16 +388,16 @@ PATTERNS: list[LinePattern] = [
                 "source 0.10.2, 0.33.0 (metrics/loggers.py)", series=True),
     # ---- SGLang -------------------------------------------------------------------------
     LinePattern("sglang.args.dataclass", "sglang", "args",
-                _r(r"^(?>.*?server_args=)(?P<args>ServerArgs\(.*\))\s*$"),
+                _r(_first(r"server_args=") + r"(?P<args>ServerArgs\(.*\))\s*$"),
                 "public logs 0.4-0.5.x (the ServerArgs dataclass repr)", convert=_args_call),
     LinePattern("sglang.args.dict", "sglang", "args",
-                _r(r"^(?>.*?server_args=)(?P<args>\{.*\})\s*$"),
+                _r(_first(r"server_args=") + r"(?P<args>\{.*\})\s*$"),
                 "source 0.5.23 (resolved_dict())", convert=_args_dict),
     LinePattern("sglang.load_weight_begin", "sglang", "startup",
                 _r(r"Load weight begin\. avail mem=(?P<avail_mem_before_weights_gb>\d+(?:\.\d+)?) GB"),
                 "source 0.5.23 (model_runner.py); public logs 2025-2026"),
     LinePattern("sglang.load_weight", "sglang", "startup",
-                _r(r"Load weight end\. (?:elapsed=(?P<weight_load_secs>\d+(?:\.\d+)?) s, )?"
+                _r(_first(r"Load weight end\. ") + r"(?:elapsed=(?P<weight_load_secs>\d+(?:\.\d+)?) s, )?"
                    r"type=(?P<model_class>\w+),.*?avail mem=(?P<avail_mem_after_weights_gb>\d+(?:\.\d+)?) "
                    r"GB, mem usage=(?P<weight_load_gb>\d+(?:\.\d+)?) GB"),
                 "source 0.5.23; public logs 2025-2026"),

@@ -9,12 +9,18 @@ never fatal: a worker killed mid-write leaves half a line.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import ReconError
+from ..logs.pyrepr import BoundExceeded, check_bounds
 from .runtime import COUNT_FILE, STDERR_PREFIX
+
+#: longest record line read (the runtime's records are a few KiB: it cuts strings at 200
+#: characters and containers at 8 items); a longer line is skipped, never held whole
+MAX_LINE = 1 << 20
 
 
 @dataclass
@@ -68,6 +74,7 @@ class LogSummary:
     processes: list[ProcessLog]
     targets: list[TargetLog]
     bad_lines: int = 0
+    unreadable: dict[str, int] = field(default_factory=dict)  # file -> its unreadable lines
     errors: list[dict[str, Any]] = field(default_factory=list)
     max_files: int | None = None  # the bundle's cap on log files per folder (from VERIFY)
     unlogged_processes: int = 0  # processes beyond that cap: they wrote nothing
@@ -79,6 +86,15 @@ class LogSummary:
         return (f"{self.unlogged_processes} more processes wrote no log: the bundle's cap of "
                 f"{self.max_files} log files per folder was reached (their records were "
                 "dropped; `recon probe new --max-files` sets the cap).")
+
+    def unreadable_note(self) -> str | None:
+        """One line: how many lines of which files were not records (torn, wrong shape)."""
+        if not self.bad_lines:
+            return None
+        files = ", ".join(f"{name} {n}" for name, n in list(self.unreadable.items())[:5])
+        more = len(self.unreadable) - 5
+        return (f"{self.bad_lines} unreadable lines skipped ({files}"
+                f"{f' and {more} more files' if more > 0 else ''})")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,22 +167,88 @@ def _shape_of(v: Any) -> str | None:
 
 
 def iter_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records of one file and the count of lines that looked like records but did not parse."""
+    """Records of one file and the count of lines that looked like records but were not:
+    torn or over-long lines, bad JSON, or a record whose fields have the wrong types."""
     records, bad = [], 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
+    with open(path, "rb") as fh:
+        for raw in _capped_lines(fh):
+            if raw is None:
+                bad += 1
+                continue
+            line = raw.decode("utf-8", errors="replace")
             at = line.find(STDERR_PREFIX + "{")
             text = line[at + len(STDERR_PREFIX):] if at >= 0 else line
             if not text.startswith("{"):
                 continue
-            try:
-                rec = json.loads(text)
-            except ValueError:
+            rec = _record(text)
+            if rec is None:
                 bad += 1
-                continue
-            if isinstance(rec, dict) and "kind" in rec:
+            else:
                 records.append(rec)
     return records, bad
+
+
+def _capped_lines(fh: IO[bytes]) -> Iterator[bytes | None]:
+    """The file's lines; ``None`` for one over :data:`MAX_LINE` bytes, read past in pieces."""
+    while raw := fh.readline(MAX_LINE + 1):
+        if len(raw) <= MAX_LINE or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := fh.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+
+
+def _record(text: str) -> dict[str, Any] | None:
+    """A record of the runtime's shape, or ``None``. Nesting and digit runs are bounded
+    before the JSON parser sees the text (a 100,000-deep ``[`` would exhaust its stack)."""
+    try:
+        check_bounds(text)
+        rec = json.loads(text)
+    except (ValueError, RecursionError, BoundExceeded):
+        return None
+    if not isinstance(rec, dict) or not _is_str(rec.get("kind")):
+        return None
+    fields = {**_COMMON, **_FIELDS.get(rec["kind"], {})}
+    return rec if all(ok(rec.get(key)) for key, ok in fields.items()) else None
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int  # not bool, not a float (1e999 and Infinity read as floats)
+
+
+def _is_str(v: Any) -> bool:
+    return type(v) is str
+
+
+def _opt(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``ok`` or absent (``null``)."""
+    return lambda v: v is None or ok(v)
+
+
+def _list_of(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+def _dict_of(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(ok(x) for x in v.values())
+
+
+#: the fields the reader uses, by record kind, with the types the runtime writes
+#: (runtime.py: _verify_record, _open_call, _swallow, _exit); other fields are kept as data
+_COMMON: dict[str, Callable[[Any], bool]] = {"pid": _opt(_is_int)}
+_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "VERIFY": {"ppid": _opt(_is_int), "forked_from": _opt(_is_int), "python": _opt(_is_str),
+               "log_error": _opt(_is_str), "chained_sitecustomize": _opt(_is_str),
+               "max_files": _opt(_is_int), "argv": _opt(_list_of(_is_str)),
+               "env": _opt(_dict_of(_opt(_is_str))), "targets": _opt(_dict_of(_is_str))},
+    "patched": {"target": _is_str, "status": _opt(_is_str)},
+    "call": {"target": _opt(_is_str), "n": _opt(_is_int), "args": _opt(_dict_of(lambda v: True)),
+             "self": _opt(_dict_of(lambda v: True))},
+    "error": {"target": _opt(_is_str)},
+    "disabled": {"reason": _opt(_is_str)},
+    "EXIT": {"calls": _opt(_dict_of(_opt(_is_int))), "never_fired": _opt(_list_of(_is_str))},
+}
 
 
 #: the names the runtime gives its logs (runtime.py: probe-PID-STAMP.jsonl)
@@ -192,6 +274,8 @@ def read_logs(logdir: str | Path) -> LogSummary:
     for path in files:
         records, bad = iter_records(path)
         summary.bad_lines += bad
+        if bad:
+            summary.unreadable[str(path.relative_to(root))] = bad
         if not records:
             continue
         summary.files.append(str(path.relative_to(root)))
