@@ -55,6 +55,7 @@ def engine_config_cmd(
     engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
+    memory_plan: bool = typer.Option(False, "--memory-plan", help="vLLM without --kv-memory-gib: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start."),
     draft_config: Path | None = typer.Option(None, "--draft-config", help="SGLang: the draft model's config.json (for --speculative-draft-model-path)."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
@@ -92,13 +93,19 @@ def engine_config_cmd(
     usage = "llm" if llm else "engine" if engine_context else "serve"
     with flag_hints(snap):
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
-                              env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox)
-    if as_json:
-        emit_json(facts.as_json())
-        return
+                              env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
+                              memory_plan=memory_plan)
     data = facts.as_json()
+    if as_json:
+        emit_json(data)
+        _memory_exit(data)
+        return
     for line in facts.assumptions:
         err_console.print(f"recon: assumed {line}", markup=False)
+    if "starts" in data:  # the answer people asked for first: will it start, with what KV
+        from .memory import memory_sentence
+
+        console.print(memory_sentence(data), markup=False)
     for key, label in LABELS:
         if data.get(key) is not None:
             console.print(f"{label:45} {data[key]}", markup=False)
@@ -108,6 +115,19 @@ def engine_config_cmd(
                   f"(empty modules); device queries ({facts.gpu.key}); "
                   f"{', '.join(facts.replaced.get('in_process', []))} (in process)", markup=False)
     console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
+    if "starts" in data:
+        from .memory import print_memory_plan
+
+        print_memory_plan(data, sentence=False)
+    _memory_exit(data)
+
+
+def _memory_exit(data: dict[str, Any]) -> None:
+    """Exit 1 when the release will not start, 6 when no memory plan could be made."""
+    if data.get("starts") is False:
+        raise typer.Exit(1)
+    if data.get("memory_not_predicted"):
+        raise typer.Exit(6)
 
 
 def _short(value: object, width: int = 100) -> str:

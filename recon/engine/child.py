@@ -100,10 +100,19 @@ def _stubs() -> types.ModuleType:
     Never through ``sys.path``: the snapshot's folder comes first there. The SGLang
     child loads the same file under the same name, so there is one recorder.
     """
-    name = "recon_engine_stubs"
+    return _by_path("recon_engine_stubs", os.path.join("slicing", "stubs.py"))
+
+
+def _memory() -> types.ModuleType:
+    """The memory phase (``memory_child.py`` beside this file), loaded by path like the stubs."""
+    return _by_path("recon_engine_memory", os.path.join("engine", "memory_child.py"))
+
+
+def _by_path(name: str, relative: str) -> types.ModuleType:
+    """A standard-library-only file of recon (``relative`` to ``recon/``), loaded once by path."""
     if name not in sys.modules:
         path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "slicing", "stubs.py")
+                            relative)
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise ImportError(f"cannot load {path}")
@@ -324,6 +333,8 @@ class DeviceProperties:
         self.total_memory = int(gpu["memory_bytes"])
         self.is_integrated = not gpu.get("memory_query", True)
         self.uuid = "GPU-recon-virtual"
+        if gpu.get("sms"):  # kernels size their grids and workspaces by it
+            self.multi_processor_count = int(gpu["sms"])
         if gpu.get("arch"):  # ROCm boards: the architecture torch reports (gfx942 ...)
             self.gcnArchName = str(gpu["arch"])
 
@@ -670,6 +681,25 @@ class SingleRankGroup:
         self.cpu_group = GroupHandle(world_size)
         self.device_communicator = None
 
+    def all_reduce(self, tensor: Any) -> Any:
+        """The memory phase's forward: the sum's shape (a new tensor past one rank, as the
+        release's out-of-place all-reduce returns)."""
+        return tensor if self.world_size == 1 else tensor.new_empty(tensor.shape)
+
+    def all_gather(self, tensor: Any, dim: int = -1) -> Any:
+        if self.world_size == 1:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] *= self.world_size
+        return tensor.new_empty(shape)
+
+    def reduce_scatter(self, tensor: Any, dim: int = -1) -> Any:
+        if self.world_size == 1:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] //= self.world_size
+        return tensor.new_empty(shape)
+
     def __getattr__(self, item: str) -> Any:
         raise RuntimeError(f"recon engine mode: process group {self.unique_name!r} "
                            f"has no {item!r} (no communication in engine mode)")
@@ -909,7 +939,9 @@ def runner_state(config: Any, runner: Any) -> RunnerState:
     if bare is not None:
         placed: list[str] = []
         try:
-            with torch.device("meta"), gpu_tensors_on_meta(torch, placed):
+            mem = _memory()
+            with torch.device("meta"), gpu_tensors_on_meta(torch, placed), \
+                    mem.replaced(mem.uva_views(torch), placed, "GPU views of host memory: meta"):
                 runner.__init__(bare, config, torch.device("cuda", 0))
         except Exception as err:  # noqa: BLE001 - what it set before stays usable
             stopped = f"{type(err).__name__}: {str(err)[:200]}"
@@ -1520,6 +1552,70 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
                               f"{err}", "traceback": traceback.format_exc()[-3000:]})
 
 
+def runner_class(config: Any) -> Any:
+    """The model runner class the release's worker makes for ``config`` (V1 or V2)."""
+    if model_runner(config) == "V2":
+        return importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
+    return v1_runner()
+
+
+def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
+    """The worker's memory plan (``memory_child.plan``), then the KV cache it leaves.
+
+    The model runner's ``__init__`` must have run whole (its ``load_model`` and
+    ``profile_run`` read what it sets); the figures recon assumes are said in
+    ``memory.assumptions``; the KV planning that follows is the release's, for the
+    available memory its own arithmetic gave.
+    """
+    import torch  # the installed CPU torch
+
+    mem = _memory()
+    cls = runner_class(config)
+    BUILT_RUNNER.clear()
+    state = runner_state(config, cls)
+    if state.stopped:
+        raise RuntimeError(f"the release's model runner __init__ stopped on meta: {state.stopped}")
+    v1 = cls is v1_runner()
+    graph_bytes, graph_line = mem.graph_assumption(out.get("cudagraph")) if v1 else (0, None)
+    gpu = req["gpu"]
+    total = int(gpu.get("torch_total_bytes") or gpu["memory_bytes"])
+    assumptions = [f"memory outside torch while profiling: {mem.NON_TORCH_SOURCE}",
+                   f"CUDA context before the worker's first snapshot: "
+                   f"{mem.CONTEXT_BYTES / mem.GIB:.2f} GiB (the real H200 runs' start-up)"]
+    if not gpu.get("torch_total_bytes"):
+        assumptions.append(f"torch's total memory of the {gpu['name']}: its nvidia-smi total "
+                           f"({total / mem.GIB:.2f} GiB); data-center boards report 0.3-0.7 "
+                           "GiB less")
+    if graph_line:
+        assumptions.append(graph_line)
+    lap = time.monotonic()
+    plan = mem.plan(config, cls, state.attributes, total, graph_bytes, v1,
+                    lambda placed: gpu_tensors_on_meta(torch, placed))
+    plan["assumptions"] = assumptions
+    plan["model_runner"] = "V1" if v1 else "V2"
+    out["memory"] = plan
+    out["phases"]["memory"] = round(time.monotonic() - lap, 2)
+    kv_phase(config, plan["available_kv_bytes"], out, report=True)
+
+
+def planned_memory(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
+    """:func:`memory_phase`, its outcome said in ``out``: a plan, the release's refusal to start
+    (a ``ValueError`` its own code raised: "will not start, because ..."), or no plan (why)."""
+    try:
+        memory_phase(config, req, out)
+    except ValueError as err:
+        frames = traceback.extract_tb(err.__traceback__)
+        if frames and frames[-1].filename.startswith(str(req["src"])):
+            out["will_not_start"] = {"error": f"{type(err).__name__}: {err}"[:1500],
+                                     "where": f"{frames[-1].filename[len(req['src']):].lstrip('/')}"
+                                              f":{frames[-1].lineno}"}
+            return
+        out["memory_not_predicted"] = f"{type(err).__name__}: {err}"[:800]
+    except Exception as err:  # noqa: BLE001 - said: the other answers stand
+        out["memory_not_predicted"] = f"{type(err).__name__}: {err}"[:800]
+        out["memory_traceback"] = traceback.format_exc()[-3000:]
+
+
 def _current_config(config: Any) -> Any:
     """The release's ``set_current_vllm_config(config)`` context, where it has one."""
     try:
@@ -1756,6 +1852,8 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
             # the engine prints its config line here, before the runner resolves graphs
             printed = {k: v for k, v in facts(config).items() if k in CONFIG_LINE}
             worker_phase(config, platform, out)
+            if req.get("memory_plan") and not out["errors"]:
+                planned_memory(config, req, out)
         out["facts"] = {**facts(config), **printed, **resolved_graphs(out.get("cudagraph")),
                         "model_runner": model_runner(config),
                         "cudagraph_stage": out.get("cudagraph_stage", "create_engine_config")}

@@ -41,6 +41,8 @@ from .gpus import gpu as lookup_gpu
 CHILD = Path(__file__).with_name("child.py")
 #: the standard-library-only file the child loads by path (its bytes are part of the cache key)
 STUBS = Path(__file__).parent.parent / "slicing" / "stubs.py"
+#: the memory phase the child loads by path (beside it, so the sandbox already shows it)
+MEMORY_CHILD = Path(__file__).parent / "memory_child.py"
 #: the virtual machine's GPU count (the release checks world size against it)
 DEFAULT_GPU_COUNT = 8
 
@@ -371,8 +373,10 @@ def _planned(result: dict[str, Any]) -> list[str]:
     planned = result.get("kv_planned_for_cudagraphs_bytes")
     if not planned:
         return []
+    capacity = "the KV capacity is the memory plan's" if result.get("memory") else \
+        "no KV capacity without --kv-memory-gib or the memory plan"
     return [f"KV cache of {planned / 2**30:.1f} GiB (the GPU's memory share) when resolving "
-            "CUDA graphs; no KV capacity without --kv-memory-gib"]
+            f"CUDA graphs; {capacity}"]
 
 
 def _trimmed(result: dict[str, Any]) -> list[str]:
@@ -449,7 +453,7 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                   gpu_count: int = DEFAULT_GPU_COUNT, env: dict[str, str] | None = None,
                   kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
                   attention_backend: str | None = None, logged_args: bool = False,
-                  files: dict[str, str] | None = None,
+                  files: dict[str, str] | None = None, memory_plan: bool = False,
                   timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
@@ -463,6 +467,9 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     child keeps only the fields that differ from the release's defaults (and says so).
     ``files``: the model folder's other files the release reads (:func:`model_files`); its
     own modules (remote code) are run by a cold child, never by a warm server.
+    ``memory_plan`` (without ``kv_memory_gib``): the worker's memory plan before it starts
+    (weights, activation peak, CUDA graphs, memory outside torch, available KV memory and
+    the KV cache that leaves), or the release's refusal to start (:func:`memory_facts`).
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -484,7 +491,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                usage, {**command.env, **(env or {})}, [kv_bytes, kv_range], timeout, sandbox,
                {"attention_backend": attention_backend, "logged_args": logged_args,
                 "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
-                "entry": "" if command.entry == "serve" else command.entry})
+                "entry": "" if command.entry == "serve" else command.entry,
+                "memory_plan": memory_plan and kv_bytes is None})
     result, release_environment = _release_day_if_broken(_answered(ask, config_json), ask,
                                                          config_json)
     said = [command.assumed, image_release(command.image, snapshot)]
@@ -695,8 +703,9 @@ def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_jso
 
 
 def _child_digest() -> str:
-    """The child's code and the stubs it loads: a change invalidates answers and servers."""
-    return hashlib.sha256(CHILD.read_bytes() + STUBS.read_bytes()).hexdigest()
+    """The child's code and the files it loads: a change invalidates answers and servers."""
+    return hashlib.sha256(CHILD.read_bytes() + STUBS.read_bytes()
+                          + MEMORY_CHILD.read_bytes()).hexdigest()
 
 
 def cached_result(key: str | None) -> dict[str, Any] | None:
@@ -732,6 +741,36 @@ def _kv_facts(kv: dict[str, Any] | None) -> dict[str, Any]:
     out["kv_num_blocks"] = kv.get("num_blocks")
     out["kv_spec_kinds"] = kv.get("spec_kinds")
     out["kv_layers"] = kv.get("layers_with_kv")
+    return out
+
+
+#: the memory plan's figures: child key (bytes) -> fact key (GiB, as the engine prints them)
+MEMORY_KEYS = (("total_bytes", "total_memory_gib"), ("requested_bytes", "requested_memory_gib"),
+               ("weights_bytes", "weights_gib"), ("activation_peak_bytes", "activation_peak_gib"),
+               ("non_torch_bytes", "non_torch_gib"), ("cudagraph_bytes", "cudagraph_memory_gib"),
+               ("available_kv_bytes", "available_kv_gib"))
+
+
+def memory_facts(result: dict[str, Any]) -> dict[str, Any]:
+    """The memory plan under identifiers: each figure in GiB, whether the engine starts, and
+    what was not predicted (absent when no plan was asked for)."""
+    plan = result.get("memory")
+    refused = result.get("will_not_start")
+    missing = result.get("memory_not_predicted")
+    if plan is None and refused is None and missing is None:
+        return {}
+    out: dict[str, Any] = {"starts": None if missing and not refused else refused is None,
+                           "startup_error": (refused or {}).get("error"),
+                           "startup_error_where": (refused or {}).get("where"),
+                           "memory_not_predicted": missing}
+    for key, fact in MEMORY_KEYS:
+        if plan and plan.get(key) is not None:
+            out[fact] = round(int(plan[key]) / (1 << 30), 3)
+    if plan:
+        out["memory_model_runner"] = plan.get("model_runner")
+        out["memory_replaced"] = plan.get("replaced", [])
+        out["kernels_not_launched"] = plan.get("kernels_not_launched", [])
+        out["activation_peak_holders"] = plan.get("peak_holders", [])
     return out
 
 
@@ -860,12 +899,13 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         replaced["process_groups"] = result["layers"].get("groups", [])
     return EngineFacts(
         release=f"{snapshot.package} {snapshot.version}", gpu=board, usage=usage,
-        facts={**result.get("facts", {}), **_kv_facts(result.get("kv")),
+        facts={**result.get("facts", {}), **_kv_facts(result.get("kv")), **memory_facts(result),
                **_printed_block(result),
                "draft_layers": ((result.get("layers") or {}).get("draft") or {}).get("layers")},
         logged=result.get("logged", {}),
         assumptions=_assumptions(board, explicit, count, usage) + said_of(renv.record) + _planned(result)
-        + _trimmed(result) + list(result.get("assumed") or []) + [f"a GPU-only package's stand-in answered true: {what}"
+        + _trimmed(result) + list(result.get("assumed") or [])
+        + list((result.get("memory") or {}).get("assumptions") or []) + [f"a GPU-only package's stand-in answered true: {what}"
                               for what in replaced.get("gpu_package_assumptions", [])],
         replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),

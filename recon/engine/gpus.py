@@ -17,7 +17,7 @@ The first board of each compute capability is the one ``--set gpu=smXY`` picks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..errors import ReconError
 
@@ -39,6 +39,12 @@ class GPU:
     memory_query: bool = True
     #: the architecture torch reports on ROCm (``gcnArchName``); releases branch on it
     arch: str = ""
+    #: streaming multiprocessors (``multi_processor_count``; compute units on ROCm): kernels
+    #: size their grids and workspaces by it (vLLM 0.26's sampler: one row per SM)
+    sms: int = 0
+    #: the total torch reports (``cudaMemGetInfo``), where a real engine log printed it; the
+    #: worker's memory share is of this figure. 0: not known (the board's total is used, said)
+    torch_total_bytes: int = 0
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -94,6 +100,22 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("mi210", "AMD Instinct MI210", 9, 0, 65520 * MIB, platform="rocm",
         arch="gfx90a:sramecc+:xnack-"),
 )}
+
+#: streaming multiprocessors per board, as the vendors' specifications list them
+SMS = {"h100": 132, "h200": 132, "a100-80": 108, "a100-40": 108, "l40s": 142, "rtx3090": 82,
+       "rtx4090": 128, "rtx4090d": 114, "rtx5090": 170, "b200": 148, "gb10": 48, "mi300x": 304,
+       "t4": 40, "v100-16": 80, "v100-32": 80, "a10g": 80, "a10": 72, "a40": 84,
+       "rtx-a6000": 84, "rtx3060": 28, "rtx3080": 68, "rtx3090ti": 84, "orin": 16, "l4": 58,
+       "l40": 142, "rtx6000-ada": 142, "rtx4060ti": 34, "rtx4070": 46, "rtx4080": 76,
+       "h100-pcie": 114, "h100-nvl": 132, "h800": 132, "h20": 78, "gh200": 132,
+       "gh200-144g": 132, "gb200": 152, "b300": 160, "thor": 20, "rtx-pro-6000": 188,
+       "rtx5080": 84, "mi250x": 220, "mi210": 104}
+#: torch's total memory where a real engine start-up printed it ("Free memory on device
+#: (free/total GiB)"): the H200 runs in tests/data/logs/real, the public A100 80GB 0.31.0 log
+TORCH_TOTAL_GIB = {"h200": 139.8, "a100-80": 79.25}
+GPUS = {k: replace(g, sms=SMS.get(k, 0),
+                   torch_total_bytes=int(TORCH_TOTAL_GIB.get(k, 0) * 2**30))
+        for k, g in GPUS.items()}
 
 DEFAULT_GPU = "h100"
 

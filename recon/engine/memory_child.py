@@ -1,0 +1,341 @@
+"""Engine mode's memory phase: the release loads and profiles its model on meta, recon keeps count.
+
+Loaded by path by ``child.py`` (standard library only at import; torch and the
+release are imported inside the functions, in the release's environment). What
+the release runs here is its own code: the worker's ``request_memory``, the model
+runner's ``load_model`` (its loader, the dummy weights, ``process_weights_after_loading``,
+the drafter), its ``profile_run`` (the dummy forward of ``max_num_batched_tokens`` and
+the sampler's pass) and the worker's ``determine_available_memory`` arithmetic.
+What recon supplies, each listed in the answer:
+
+* **the device's memory**: every tensor the release makes on the GPU is a meta
+  tensor; a dispatch mode counts their storages as the CUDA caching allocator
+  counts allocated bytes (each block rounded up to 512 bytes), frees them when
+  the last tensor of a storage goes, and answers ``torch.cuda``/``torch.accelerator``
+  memory queries (allocated, peak, reserved, free, total) from that count;
+* **what the allocator count cannot see**, as assumptions with their source:
+  the memory outside torch (CUDA context, cuBLAS/NCCL workspaces) and, for the
+  V1 model runner, its CUDA graph estimate (the release captures sample graphs
+  on the GPU to measure it);
+* **kernels**: Triton kernels are not launched (their Python, which allocates
+  outputs and workspaces, runs); the model runs eagerly (no ``torch.compile``),
+  so intermediates are those eager PyTorch holds, not those of a compiled graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import math
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: the CUDA caching allocator's block granularity: every allocation is rounded up to it
+BLOCK = 512
+#: the allocator reserves large blocks in 2 MiB multiples
+SEGMENT = 2 << 20
+GIB = 1 << 30
+
+#: memory outside torch a worker adds while it profiles (CUDA context excluded): the
+#: engine's own "non-torch memory" figure on 30 of 30 real vLLM 0.26.0 runs on an H200 at
+#: TP 1 was 0.22-0.23 GiB (tests/data/logs/real); taken as the larger
+NON_TORCH_BYTES = int(0.23 * GIB)
+NON_TORCH_SOURCE = ("0.23 GiB: the engine's own non-torch figure on 30 real vLLM 0.26.0 "
+                    "runs (one H200, TP 1; tests/data/logs/real)")
+#: per graph the V1 runner will capture: the largest ratio of the engine's "Estimated CUDA
+#: graph memory" to its graph count on the same real runs (0.40 GiB over 102 graphs)
+GRAPH_BYTES = 4 << 20
+GRAPH_SOURCE = ("4 MiB per CUDA graph: the largest estimate per graph on the real vLLM 0.26.0 "
+                "runs (0.40 GiB for 102 graphs); the release measures it by capturing graphs on "
+                "the GPU")
+#: what the CUDA context holds before the worker's first snapshot (the real H200 runs print
+#: 139.29 of 139.8 GiB free at start-up)
+CONTEXT_BYTES = int(0.51 * GIB)
+
+
+def rounded(nbytes: int) -> int:
+    """The bytes the caching allocator counts for one allocation of ``nbytes``."""
+    return max(BLOCK, -(-int(nbytes) // BLOCK) * BLOCK) if nbytes else 0
+
+
+class Ledger:
+    """Live GPU storages and the counters torch's allocator statistics report."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {}
+        self.holders: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self.allocated = 0
+        self.peak = 0
+        self.reserved = 0
+        self.top: list[tuple[int, str]] = []
+
+    def add(self, key: int, nbytes: int, name: str) -> None:
+        if key not in self.sizes:
+            self.sizes[key], self.names[key], self.holders[key] = rounded(nbytes), name, 0
+            self.allocated += self.sizes[key]
+            self.reserved = max(self.reserved, -(-self.allocated // SEGMENT) * SEGMENT)
+            if self.allocated > self.peak:
+                self.peak = self.allocated
+                self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()),
+                                  reverse=True)[:5]
+        self.holders[key] += 1
+
+    def drop(self, key: int) -> None:
+        if key not in self.holders:
+            return
+        self.holders[key] -= 1
+        if self.holders[key] <= 0:
+            self.allocated -= self.sizes.pop(key)
+            del self.holders[key], self.names[key]
+
+    def reset_peak(self) -> None:
+        self.peak = self.allocated
+
+    def empty_cache(self) -> None:
+        self.reserved = -(-self.allocated // SEGMENT) * SEGMENT
+
+
+def counting_mode(torch: Any, ledger: Ledger) -> Any:
+    """A dispatch mode that enters every meta storage an op makes into ``ledger``.
+
+    A storage is counted once, at its size, from the first op that returns a tensor of it,
+    and leaves when the last of those tensors is gone. Random generators passed to ops
+    are dropped (meta tensors draw no numbers).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def enter(tensor: Any, name: str) -> None:
+        if tensor.device.type != "meta":
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        ledger.add(key, storage.nbytes(), name)
+        weakref.finalize(tensor, ledger.drop, key)
+
+    class Counting(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = {k: v for k, v in (kwargs or {}).items() if k != "generator"}
+            made = func(*args, **kwargs)
+            for item in tree_flatten(made)[0]:
+                if isinstance(item, torch.Tensor):
+                    enter(item, str(func))
+            return made
+
+    return Counting()
+
+
+class VirtualMemory:
+    """The declared GPU's memory as torch reports it, from the ledger and the assumptions."""
+
+    def __init__(self, ledger: Ledger, total: int) -> None:
+        self.ledger = ledger
+        self.total = total
+        self.outside = CONTEXT_BYTES  # memory outside torch: the context, then workspaces
+
+    def stats(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        ledger = self.ledger
+        return {"allocated_bytes.all.current": ledger.allocated,
+                "allocated_bytes.all.peak": ledger.peak,
+                "reserved_bytes.all.current": ledger.reserved,
+                "reserved_bytes.all.peak": ledger.reserved,
+                "num_alloc_retries": 0, "num_ooms": 0}
+
+    def info(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        used = self.outside + self.ledger.reserved
+        return max(self.total - used, 0), self.total
+
+    def answers(self) -> dict[str, Callable[..., Any]]:
+        ledger = self.ledger
+
+        def nothing(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return {"memory_stats": self.stats, "mem_get_info": self.info,
+                "get_memory_info": self.info,
+                "memory_allocated": lambda *a, **k: ledger.allocated,
+                "max_memory_allocated": lambda *a, **k: ledger.peak,
+                "memory_reserved": lambda *a, **k: ledger.reserved,
+                "max_memory_reserved": lambda *a, **k: ledger.reserved,
+                "reset_peak_memory_stats": lambda *a, **k: ledger.reset_peak(),
+                "empty_cache": lambda *a, **k: ledger.empty_cache(),
+                "synchronize": nothing}
+
+
+@contextlib.contextmanager
+def replaced(pairs: list[tuple[Any, str, Any]], said: list[str], why: str) -> Iterator[None]:
+    """Set each ``(owner, name, value)`` for the block, restore after; name each in ``said``."""
+    before = [(owner, name, getattr(owner, name, None)) for owner, name, _ in pairs]
+    for owner, name, value in pairs:
+        setattr(owner, name, value)
+        label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name} ({why})"
+        if label not in said:
+            said.append(label)
+    try:
+        yield
+    finally:
+        for owner, name, value in before:
+            setattr(owner, name, value)
+
+
+def device_answers(torch: Any, memory: VirtualMemory) -> list[tuple[Any, str, Any]]:
+    """torch's memory queries on both of its front doors, answered by ``memory``."""
+    answers = memory.answers()
+    pairs = []
+    for owner in (torch.cuda, getattr(torch, "accelerator", None)):
+        if owner is None:
+            continue
+        pairs += [(owner, name, fn) for name, fn in answers.items()
+                  if name == "synchronize" or hasattr(owner, name)]
+    return pairs
+
+
+def cpu_generator(torch: Any) -> Any:
+    """``torch.Generator(device="cuda")`` answered with a CPU generator (meta draws nothing)."""
+    original = torch.Generator
+
+    class Generator(original):  # type: ignore[misc, valid-type]
+        def __new__(cls, device: Any = None) -> Any:
+            return original()
+
+    return Generator
+
+
+def launches_skipped(skipped: list[str]) -> list[tuple[Any, str, Any]]:
+    """Triton kernel launches as no-ops (the Python around them, which allocates, runs)."""
+    try:
+        jit = importlib.import_module("triton.runtime.jit")
+        tuner = importlib.import_module("triton.runtime.autotuner")
+    except ImportError:
+        return []
+
+    def skip(kernel: Any) -> None:
+        name = str(getattr(kernel, "__name__", None)
+                   or getattr(getattr(kernel, "fn", None), "__name__", "?"))
+        if name not in skipped:
+            skipped.append(name)
+
+    return [(jit.JITFunction, "run", lambda self, *a, **k: skip(self)),
+            (tuner.Autotuner, "run", lambda self, *a, **k: skip(self))]
+
+
+def uva_views(torch: Any) -> list[tuple[Any, str, Any]]:
+    """The release's GPU view of pinned host memory (a compiled op): a meta tensor alike."""
+    def view(tensor: Any) -> Any:
+        return torch.empty_like(tensor, device="meta")
+
+    pairs = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm.") and module is not None and \
+                hasattr(module, "get_accelerator_view_from_cpu_tensor"):
+            pairs.append((module, "get_accelerator_view_from_cpu_tensor", view))
+    return pairs
+
+
+def eager(model: Any) -> int:
+    """Every ``support_torch_compile`` module of the model runs uncompiled; how many."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "do_not_compile"):
+            module.do_not_compile = True
+            count += 1
+    return count
+
+
+def graph_assumption(cudagraph: dict[str, Any] | None) -> tuple[int, str | None]:
+    """The V1 runner's CUDA graph estimate recon assumes: bytes, and the line that says so."""
+    graphs = (cudagraph or {}).get("graphs", {})
+    count = sum(int(graphs.get(mode, {}).get("count", 0)) for mode in ("PIECEWISE", "FULL"))
+    if not count:
+        return 0, None
+    return count * GRAPH_BYTES, f"CUDA graph estimate for {count} graphs: {GRAPH_SOURCE}"
+
+
+def worker_view(worker_cls: Any, config: Any, runner: Any, device: Any) -> Any:
+    """The release's GPU worker, as far as its memory methods read it (no process, no device)."""
+    worker = worker_cls.__new__(worker_cls)
+    worker.__dict__.update(vllm_config=config, cache_config=config.cache_config,
+                           model_config=config.model_config,
+                           parallel_config=config.parallel_config,
+                           scheduler_config=config.scheduler_config,
+                           compilation_config=config.compilation_config,
+                           device_config=getattr(config, "device_config", None),
+                           device=device, model_runner=runner, rank=0, local_rank=0)
+    return worker
+
+
+def fresh_runner(runner_cls: Any, attributes: dict[str, Any]) -> Any:
+    """A model runner holding what the release's own ``__init__`` set on meta."""
+    runner = runner_cls.__new__(runner_cls)
+    runner.__dict__.update(attributes)
+    return runner
+
+
+def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
+         graph_bytes: int, v1: bool, gpu_to_meta: Callable[[list[str]], Any]) -> dict[str, Any]:
+    """The worker's memory plan for ``config``: the release loads, profiles and subtracts.
+
+    ``total``: the device memory torch reports; ``graph_bytes``: the CUDA graph estimate to
+    answer for the V1 runner (which measures it by capturing); ``gpu_to_meta``: the child's
+    mode that makes GPU tensors on meta (its argument collects what it redirected).
+    """
+    import torch
+
+    worker_mod = importlib.import_module("vllm.v1.worker.gpu_worker")
+    snapshot_cls = importlib.import_module("vllm.utils.mem_utils").MemorySnapshot
+    request = _request_memory()
+    ledger = Ledger()
+    memory = VirtualMemory(ledger, total)
+    said: list[str] = []
+    skipped: list[str] = []
+    placed: list[str] = []
+    runner = fresh_runner(runner_cls, attributes)
+    device = torch.device("cuda", 0)
+    pairs = device_answers(torch, memory) + launches_skipped(skipped) + uva_views(torch) \
+        + [(torch, "Generator", cpu_generator(torch))]
+    if v1:
+        pairs.append((runner, "profile_cudagraph_memory", lambda: graph_bytes))
+    profile = runner.profile_run
+
+    def profiled() -> None:
+        eager(runner.model)
+        memory.outside += NON_TORCH_BYTES  # the workspaces the first forward creates
+        profile()
+
+    pairs.append((runner, "profile_run", profiled))
+    config.compilation_config.static_forward_context.clear()  # the load registers them again
+    with replaced(pairs, said, "recon's memory count"), torch.device("meta"), \
+            gpu_to_meta(placed), counting_mode(torch, ledger):
+        worker = worker_view(worker_mod.Worker, config, runner, device)
+        worker.init_snapshot = snapshot_cls(device=device)
+        worker.requested_memory = request(worker.init_snapshot, config.cache_config)
+        runner.load_model(load_dummy_weights=True)
+        available = int(worker.determine_available_memory())
+        gc.collect()
+    return {"total_bytes": total, "requested_bytes": int(worker.requested_memory),
+            "free_at_start_bytes": int(worker.init_snapshot.free_memory),
+            "weights_bytes": int(runner.model_memory_usage),
+            "activation_peak_bytes": int(getattr(worker, "peak_activation_memory", 0)),
+            "non_torch_bytes": int(getattr(worker, "non_torch_memory", 0)),
+            "cudagraph_bytes": int(getattr(worker, "cudagraph_memory_estimate", 0)),
+            "available_kv_bytes": available,
+            "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top],
+            "replaced": said + placed, "kernels_not_launched": sorted(skipped)}
+
+
+def _request_memory() -> Callable[[Any, Any], int]:
+    """The release's own ``request_memory`` (the share of the device the worker asks for)."""
+    for name in ("vllm.v1.worker.utils", "vllm.v1.worker.gpu_worker"):
+        with contextlib.suppress(ImportError, AttributeError):
+            found = importlib.import_module(name).request_memory
+            return found  # type: ignore[no-any-return]
+    raise LookupError("this release has no request_memory: recon cannot read its memory share")
+
+
+def gib(value: int) -> float:
+    return round(value / GIB, 2) if not math.isnan(value) else value
