@@ -103,8 +103,10 @@ def test_torch_device_queries_answer_the_declared_board(monkeypatch: pytest.Monk
     assert torch.cuda.get_device_capability(0) == (8, 9)
     assert torch.cuda.get_device_name() == gpu("l40s").name
     assert torch.cuda.get_device_properties(0).total_memory == gpu("l40s").memory_bytes
-    with pytest.raises(AttributeError, match="multi_processor_count"):  # not in recon's table
-        _ = torch.cuda.get_device_properties(0).multi_processor_count
+    # the vendor's SM count (kernels size grids by it); a property the table lacks is an error
+    assert torch.cuda.get_device_properties(0).multi_processor_count == 142
+    with pytest.raises(AttributeError, match="L2_cache_size"):  # not in recon's table
+        _ = torch.cuda.get_device_properties(0).L2_cache_size
     assert "torch.cuda.get_device_capability" in replaced
     assert torch.cuda.device_count() == 0  # availability stays this machine's
 
@@ -175,10 +177,18 @@ def test_provenance_sees_only_calls_under_the_root(tmp_path: Path) -> None:
 
 
 def test_single_rank_group_sizes_and_refuses_communication() -> None:
+    import torch
+
     group = child.SingleRankGroup("tp", 4)
     assert (group.world_size, group.rank_in_group, group.device_group.size()) == (4, 0, 4)
-    with pytest.raises(RuntimeError, match="all_reduce"):
-        group.all_reduce  # noqa: B018
+    with pytest.raises(RuntimeError, match="broadcast"):
+        group.broadcast  # noqa: B018
+    # the memory phase's forward: collectives give a tensor of the result's shape, no values
+    part = torch.empty(3, 8, device="meta")
+    assert group.all_reduce(part).shape == (3, 8) and group.all_reduce(part) is not part
+    assert group.all_gather(part, dim=-1).shape == (3, 32)
+    assert group.reduce_scatter(torch.empty(8, 8, device="meta"), dim=0).shape == (2, 8)
+    assert child.SingleRankGroup("tp", 1).all_reduce(part) is part
     parallel = types.SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1,
                                      data_parallel_size=1)
     assert child.group_sizes(parallel)["_TP"] == 2

@@ -22,17 +22,31 @@ from recon.engine.config import engine_config
 from recon.snapshots.model import Snapshot
 
 REAL = Path(__file__).parent / "data" / "logs" / "real"
-MODEL = {"L": "llama", "Q": "qwen3next", "E": "qwen3next", "N": "nemotronh"}
+#: full-size shapes on an H100 (2026-12-07): Llama-3.1-8B and Qwen3.6-35B-A3B (a 40-layer GDN
+#: hybrid MoE, 64.69 GiB of weights), `vllm serve` at the model's own max_model_len
+H100 = Path(__file__).parent / "data" / "logs" / "real-h100"
+MODEL = {"L": "llama", "Q": "qwen3next", "E": "qwen3next", "N": "nemotronh", "D": "llama8b",
+         "H": "qwen36moe"}
 #: one per runner and memory shape: V2 runner (serve), V1 hybrid MoE with CUDA graphs,
 #: V1 Mamba hybrid eager with eight sequences (the forward, not the sampler, peaks)
-CASES = ["L_serve", "E_probe", "N_eager_seqs8"]
+CASES = ["L_serve", "E_probe", "N_eager_seqs8", "D8_serve", "D8_u95_b16k", "H36_seqs64"]
+BOARD = {"D": "h100", "H": "h100"}
 #: LLM(...) keyword arguments a case line may carry beyond the common ones, as flags
 FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_dtype": "--kv-cache-dtype",
          "enforce_eager": "--enforce-eager", "gdn_prefill_backend": "--gdn-prefill-backend"}
 
 
+def _log(case: str) -> Path:
+    return (H100 if case[0] in BOARD else REAL) / f"{case}.log"
+
+
+def _config(case: str) -> dict[str, Any]:
+    folder = H100 if case[0] in BOARD else REAL
+    return dict(json.loads((folder / "configs" / f"{MODEL[case[0]]}.json").read_text()))
+
+
 def _engine_lines(case: str) -> dict[str, float]:
-    text = (REAL / f"{case}.log").read_text()
+    text = _log(case).read_text()
 
     def number(pattern: str) -> float:
         found = re.search(pattern, text)
@@ -46,7 +60,7 @@ def _engine_lines(case: str) -> dict[str, float]:
 
 def _command(case: str) -> tuple[str, str]:
     """The run's command line as a user types it, and its usage context."""
-    line = next(ln for ln in (REAL / f"{case}.log").read_text().splitlines()
+    line = next(ln for ln in _log(case).read_text().splitlines()
                 if ln.startswith("CASE "))
     if " command " in line:
         argv = line.split(" command ", 1)[1].split()
@@ -72,8 +86,8 @@ def v026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
 @pytest.mark.parametrize("case", CASES)
 def test_memory_plan_matches_the_engine(case: str, v026: Snapshot) -> None:
     flags, usage = _command(case)
-    config = json.loads((REAL / "configs" / f"{MODEL[case[0]]}.json").read_text())
-    facts = engine_config(v026, flags, config, gpu="h200", usage=usage, memory_plan=True,
+    facts = engine_config(v026, flags, _config(case), gpu=BOARD.get(case[0], "h200"),
+                          usage=usage, memory_plan=True,
                           env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
     engine = _engine_lines(case)
     assert facts["starts"] is True, facts.get("memory_not_predicted") or facts["startup_error"]
@@ -88,6 +102,22 @@ def test_memory_plan_matches_the_engine(case: str, v026: Snapshot) -> None:
     assert abs(facts["requested_memory_gib"] - parts - facts["available_kv_gib"]) < 0.01
 
 
+def test_the_release_refuses_to_start_as_the_engine_did(v026: Snapshot) -> None:
+    """Qwen3.6-35B-A3B at its own 262,144-token context on an H100: the real engine stopped
+    ("5.08 GiB KV cache is needed, which is larger than the available KV cache memory (3.26
+    GiB)"); recon must say it will not start, for the same reason."""
+    flags, usage = _command("H36_serve")
+    facts = engine_config(v026, flags, _config("H36_serve"), gpu="h100", usage=usage,
+                          memory_plan=True, env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
+    said = re.search(r"ValueError: (To serve at least one request with the model's max seq "
+                     r"len \(\d+\)), \(([\d.]+) GiB KV cache is needed",
+                     _log("H36_serve").read_text())
+    assert said, "the engine's refusal is in its log"
+    assert facts["starts"] is False
+    assert said.group(1) in facts["startup_error"]
+    assert f"({said.group(2)} GiB KV cache is needed" in facts["startup_error"]
+
+
 def test_a_share_above_the_free_memory_will_not_start(v026: Snapshot) -> None:
     """gpu_memory_utilization 0.999 of an H200 asks for more than is free at start-up (the
     CUDA context holds 0.51 GiB on the real runs): the release's own check refuses."""
@@ -97,3 +127,17 @@ def test_a_share_above_the_free_memory_will_not_start(v026: Snapshot) -> None:
     assert facts["starts"] is False
     assert "less than desired GPU memory utilization" in facts["startup_error"]
     assert str(facts["startup_error_where"]).startswith("vllm/")
+
+
+def test_kv_capacity_without_a_log_figure_plans_the_memory(v026: Snapshot) -> None:
+    """The recipe no longer needs --set available_kv_gib (nor assumes 40 GiB): the same
+    `vllm serve` run's "GPU KV cache size" line, within 3%."""
+    from recon.recipes import run_recipe
+
+    config = REAL / "configs" / "llama.json"
+    flags, _ = _command("L_serve")
+    res = run_recipe("kv-capacity", v026, config=config, flags=flags, options={"gpu": "h200"})
+    engine = _engine_lines("L_serve")
+    assert res.values["starts"] is True
+    assert abs(res.values["kv_cache_tokens"] - engine["tokens"]) <= 0.03 * engine["tokens"]
+    assert any("the memory plan's" in note for note in res.notes)

@@ -1570,6 +1570,7 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
     import torch  # the installed CPU torch
 
     mem = _memory()
+    said = flashinfer_sampler_off(req)
     cls = runner_class(config)
     BUILT_RUNNER.clear()
     state = runner_state(config, cls)
@@ -1588,6 +1589,7 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
                            "GiB less")
     if graph_line:
         assumptions.append(graph_line)
+    assumptions += said
     lap = time.monotonic()
     plan = mem.plan(config, cls, state.attributes, total, graph_bytes, v1,
                     lambda placed: gpu_tensors_on_meta(torch, placed))
@@ -1596,6 +1598,21 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
     out["memory"] = plan
     out["phases"]["memory"] = round(time.monotonic() - lap, 2)
     kv_phase(config, plan["available_kv_bytes"], out, report=True)
+
+
+def flashinfer_sampler_off(req: dict[str, Any]) -> list[str]:
+    """Where FlashInfer is a stand-in here, the sampler's profile pass samples without it.
+
+    Its kernels cannot run on meta and a stand-in returns no tensor; the release's own
+    PyTorch/Triton path (``VLLM_USE_FLASHINFER_SAMPLER=0``) allocates at least what
+    FlashInfer's does, so the peak is an upper bound there, and said so.
+    """
+    stood_in = any(str(m).split(".")[0] == "flashinfer" for m in req.get("gpu_modules", []))
+    if not stood_in or "VLLM_USE_FLASHINFER_SAMPLER" in os.environ:
+        return []
+    os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    return ["the sampler's profile pass without FlashInfer (a stand-in here): the release's "
+            "PyTorch path, at least the memory FlashInfer's kernels take"]
 
 
 def planned_memory(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:

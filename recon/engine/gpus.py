@@ -111,8 +111,9 @@ SMS = {"h100": 132, "h200": 132, "a100-80": 108, "a100-40": 108, "l40s": 142, "r
        "gh200-144g": 132, "gb200": 152, "b300": 160, "thor": 20, "rtx-pro-6000": 188,
        "rtx5080": 84, "mi250x": 220, "mi210": 104}
 #: torch's total memory where a real engine start-up printed it ("Free memory on device
-#: (free/total GiB)"): the H200 runs in tests/data/logs/real, the public A100 80GB 0.31.0 log
-TORCH_TOTAL_GIB = {"h200": 139.8, "a100-80": 79.25}
+#: (free/total GiB)"): the H200 runs in tests/data/logs/real, the H100 runs in
+#: tests/data/logs/real-h100, the public A100 80GB 0.31.0 log
+TORCH_TOTAL_GIB = {"h200": 139.8, "h100": 79.18, "a100-80": 79.25}
 GPUS = {k: replace(g, sms=SMS.get(k, 0),
                    torch_total_bytes=int(TORCH_TOTAL_GIB.get(k, 0) * 2**30))
         for k, g in GPUS.items()}

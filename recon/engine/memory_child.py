@@ -43,16 +43,19 @@ GIB = 1 << 30
 #: engine's own "non-torch memory" figure on 30 of 30 real vLLM 0.26.0 runs on an H200 at
 #: TP 1 was 0.22-0.23 GiB (tests/data/logs/real); taken as the larger
 NON_TORCH_BYTES = int(0.23 * GIB)
-NON_TORCH_SOURCE = ("0.23 GiB: the engine's own non-torch figure on 30 real vLLM 0.26.0 "
-                    "runs (one H200, TP 1; tests/data/logs/real)")
-#: per graph the V1 runner will capture: the largest ratio of the engine's "Estimated CUDA
-#: graph memory" to its graph count on the same real runs (0.40 GiB over 102 graphs)
-GRAPH_BYTES = 4 << 20
-GRAPH_SOURCE = ("4 MiB per CUDA graph: the largest estimate per graph on the real vLLM 0.26.0 "
-                "runs (0.40 GiB for 102 graphs); the release measures it by capturing graphs on "
-                "the GPU")
+NON_TORCH_SOURCE = ("0.23 GiB: the engine's own non-torch figure on real vLLM 0.26.0 runs at "
+                    "TP 1 (0.22-0.23 GiB on 30 H200 runs, 0.22-0.26 on H100; "
+                    "tests/data/logs/real, real-h100)")
+#: per graph the V1 runner will capture: the engine's "Estimated CUDA graph memory" over its
+#: graph count on a full-size model at its defaults (the 40-layer Qwen3.6-35B-A3B shape on an
+#: H100: 0.64 GiB for 102 graphs, tests/data/logs/real-h100/H36_serve.log); the real runs
+#: ranged from 1.9 to 9.6 MiB a graph (fewer graphs cost more each: the first capture's pool)
+GRAPH_BYTES = int(6.4 * (1 << 20))
+GRAPH_SOURCE = ("6.4 MiB per CUDA graph: a full-size 40-layer model's estimate at its defaults "
+                "on an H100 (0.64 GiB for 102 graphs; real runs ranged 1.9-9.6 MiB a graph); "
+                "the release measures it by capturing graphs on the GPU")
 #: what the CUDA context holds before the worker's first snapshot (the real H200 runs print
-#: 139.29 of 139.8 GiB free at start-up)
+#: 139.29 of 139.8 GiB free at start-up, the H100 runs 78.66 of 79.18)
 CONTEXT_BYTES = int(0.51 * GIB)
 
 

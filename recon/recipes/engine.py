@@ -72,7 +72,7 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
             "attention_backend": backend}
 
 
-def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
+def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan: bool = False
                  ) -> tuple[EngineFacts, list[str]]:
     """The release's answer for this context (one child per distinct request in a process).
 
@@ -99,7 +99,7 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
     words(command)  # a command line the shell cannot split is the user's error, said as such
     logged = bool(getattr(ctx.given, "from_log", False))
     key = json.dumps([ctx.snapshot.src.as_posix(), command, config, ctx.config_path, board, req,
-                      logged],
+                      logged, memory_plan],
                      sort_keys=True, default=str)
     if key not in _MEMO:
         try:
@@ -109,7 +109,7 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False
                                            gpu_count=req["gpu_count"],
                                            kv_memory_gib=req["kv_memory_gib"],
                                            attention_backend=req["attention_backend"],
-                                           logged_args=logged)
+                                           logged_args=logged, memory_plan=memory_plan)
         except ReconError as err:
             if ctx.config is not None:
                 raise

@@ -29,8 +29,9 @@ are attention and which are mamba comes from ``layer_types`` in config.json,
 else from the model family's pattern keys (stated in a note), else
 ``--set attention_layers=N mamba_layers=M``.
 
-Options: ``--set available_kv_gib=40`` (the ``Available KV cache memory``
-of your log; default 40), ``--set attention_layers=``, ``--set mamba_layers=``.
+Options: ``--set available_kv_gib=N`` (the ``Available KV cache memory`` of your log;
+without it, engine mode makes the worker's memory plan before the engine runs and slicing
+mode refuses), ``--set attention_layers=``, ``--set mamba_layers=``.
 """
 
 from __future__ import annotations
@@ -185,9 +186,8 @@ def _inputs(ctx: RecipeContext) -> Inputs:
         sources["max_model_len"] = "config.json max_position_embeddings (no --max-model-len)"
     gib = opt_float(ctx.options, "available_kv_gib")
     if gib is None:
-        gib = 40.0
-        notes.append("--set available_kv_gib not given: assumed 40 GiB of KV cache memory (take "
-                     "yours from the log line 'Available KV cache memory: X GiB')")
+        raise ReconError("slicing mode needs --set available_kv_gib=N (the log line 'Available "
+                         "KV cache memory: N GiB'); engine mode (the default) plans it itself")
     if gib <= 0:
         raise ReconError("--set available_kv_gib must be positive")
     dtype, dnote = model_dtype(ctx.flags.get("dtype"), cfg)
@@ -512,11 +512,26 @@ def _stubs() -> dict[str, str]:
 # -- the recipe --------------------------------------------------------------------------------
 def run_engine(ctx: RecipeContext) -> RecipeResult:
     """Engine mode: the release's KV cache specs, ``get_kv_cache_configs`` and capacity."""
-    if ctx.options.get("available_kv_gib") is None:
+    planned = ctx.options.get("available_kv_gib") is None
+    if planned and getattr(ctx.given, "from_log", False):
+        # recon logs compares with what the engine measured: the log's figure, or nothing
         raise ReconError("kv-capacity needs the KV memory the engine had: --set "
                          "available_kv_gib=N (its 'Available KV cache memory' line)")
-    facts, said = engine_facts(ctx)
-    res = engine_result(NAME, ctx, facts, said, KV_KEYS)
+    facts, said = engine_facts(ctx, memory_plan=planned)
+    res = engine_result(NAME, ctx, facts, said, KV_KEYS + (MEMORY_KEYS if planned else ()))
+    if planned and facts.facts.get("starts") is False:
+        res.findings.append(Finding("error", "the engine will not start: "
+                                    f"{facts.facts.get('startup_error')} "
+                                    f"({facts.facts.get('startup_error_where')})"))
+        return res
+    if planned and facts.facts.get("memory_not_predicted"):
+        res.undecided = ("no memory plan (give --set available_kv_gib=N, the engine's "
+                         "'Available KV cache memory'): " + str(facts.facts["memory_not_predicted"]))
+        return res
+    if planned:
+        res.notes.append("available KV memory: the memory plan's, made before the engine runs "
+                         "(its parts and assumptions above); --set available_kv_gib=N takes "
+                         "a log's figure instead")
     if facts.facts.get("kv_cache_tokens") is None:
         raise EngineFailed(f"{ctx.release} gave no KV capacity for this command: "
                          + "; ".join(str(w.get("error")) for w in facts.warnings)[:600])
@@ -529,6 +544,9 @@ KV_KEYS = ("kv_cache_tokens", "kv_cache_tokens_range", "max_concurrency",
            "attention_block_size", "max_model_len", "kv_cache_dtype", "enable_prefix_caching",
            "tensor_parallel_size", "num_speculative_tokens", "draft_layers",
            "gpu_memory_utilization")
+#: the memory plan's figures, shown when the recipe made one (no available_kv_gib given)
+MEMORY_KEYS = ("starts", "weights_gib", "activation_peak_gib", "non_torch_gib",
+               "cudagraph_memory_gib", "requested_memory_gib", "available_kv_gib")
 
 
 def run(ctx: RecipeContext) -> RecipeResult:
@@ -682,6 +700,9 @@ def _tokens_from_log(lines: list[str]) -> int | None:
 
 def summary(res: RecipeResult) -> str | None:
     """How many tokens the KV cache holds and how many full-context requests fit at once."""
+    if res.values.get("starts") is False:
+        return "The engine will not start: " + next(
+            (f.text.split(": ", 1)[1] for f in res.findings if f.level == "error"), "see below")
     tokens = value_of(res, "kv_cache_tokens", "GPU KV cache size (tokens)")
     if not isinstance(tokens, int):
         return None
