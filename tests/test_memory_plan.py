@@ -26,14 +26,16 @@ REAL = Path(__file__).parent / "data" / "logs" / "real"
 #: hybrid MoE, 64.69 GiB of weights), `vllm serve` at the model's own max_model_len
 H100 = Path(__file__).parent / "data" / "logs" / "real-h100"
 MODEL = {"L": "llama", "Q": "qwen3next", "E": "qwen3next", "N": "nemotronh", "D": "llama8b",
-         "H": "qwen36moe"}
+         "H": "qwen36moe", "P8": "llama8b", "P36": "qwen36moe"}
 #: one per runner and memory shape: V2 runner (serve), V1 hybrid MoE with CUDA graphs,
 #: V1 Mamba hybrid eager with eight sequences (the forward, not the sampler, peaks)
 CASES = ["L_serve", "E_probe", "N_eager_seqs8", "D8_serve", "D8_u95_b16k", "H36_seqs64"]
-BOARD = {"D": "h100", "H": "h100"}
+BOARD = {"D": "h100", "H": "h100", "P": "h100"}
 #: LLM(...) keyword arguments a case line may carry beyond the common ones, as flags
 FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_dtype": "--kv-cache-dtype",
-         "enforce_eager": "--enforce-eager", "gdn_prefill_backend": "--gdn-prefill-backend"}
+         "enforce_eager": "--enforce-eager", "gdn_prefill_backend": "--gdn-prefill-backend",
+         "max_num_batched_tokens": "--max-num-batched-tokens",
+         "enable_prefix_caching": "--enable-prefix-caching"}
 
 
 def _log(case: str) -> Path:
@@ -42,7 +44,8 @@ def _log(case: str) -> Path:
 
 def _config(case: str) -> dict[str, Any]:
     folder = H100 if case[0] in BOARD else REAL
-    return dict(json.loads((folder / "configs" / f"{MODEL[case[0]]}.json").read_text()))
+    model = MODEL[case.split("_")[0]] if case.startswith("P") else MODEL[case[0]]
+    return dict(json.loads((folder / "configs" / f"{model}.json").read_text()))
 
 
 def _engine_lines(case: str) -> dict[str, float]:
@@ -71,7 +74,9 @@ def _command(case: str) -> tuple[str, str]:
              f"--max-model-len {kwargs['max_model_len']}"]
     for key, flag in FLAGS.items():
         if key in kwargs:
-            flags.append(flag if kwargs[key] is True else f"{flag} {kwargs[key]}")
+            value = kwargs[key]
+            flags.append(flag if value is True else flag.replace("--", "--no-", 1)
+                         if value is False else f"{flag} {value}")
     unknown = set(kwargs) - set(FLAGS) - {"model", "load_format", "skip_tokenizer_init",
                                           "max_model_len"}
     assert not unknown, f"{case}: kwargs this test does not translate: {unknown}"
@@ -141,3 +146,37 @@ def test_kv_capacity_without_a_log_figure_plans_the_memory(v026: Snapshot) -> No
     assert res.values["starts"] is True
     assert abs(res.values["kv_cache_tokens"] - engine["tokens"]) <= 0.03 * engine["tokens"]
     assert any("the memory plan's" in note for note in res.notes)
+
+
+def _peaks(case: str) -> dict[int, int]:
+    """The real in-process engine's activation peak per prompt length (its ``PEAK`` lines)."""
+    rows = [json.loads(ln.split(" ", 1)[1]) for ln in _log(case).read_text().splitlines()
+            if ln.startswith("PEAK ")]
+    return {int(r["prompt_tokens"]): int(r["prompt_peak_increase"]) for r in rows if "peak" in r}
+
+
+def test_a_long_prompt_is_bounded_by_its_chunks(v026: Snapshot) -> None:
+    """Llama-3.1-8B, max_model_len 131,072, 8,192-token chunks on an H100: the real engine ran
+    a 131,000-token prompt (peak over its standing memory in its PEAK line). recon cuts the
+    prompt as the release's scheduler does (16 chunks: 131,000 / 8,192 rounded up, by hand),
+    bounds the real peak from above within 40%, and says it fits."""
+    flags, usage = _command("P8_b8k")
+    facts = engine_config(v026, flags, _config("P8_b8k"), gpu="h100", usage=usage,
+                          memory_plan=True, prompt_tokens=131_000,
+                          env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
+    real = _peaks("P8_b8k")[131_000] / (1 << 30)
+    assert facts["prompt_chunks"] == -(-131_000 // 8192)
+    assert real <= facts["prefill_peak_gib"] <= 1.4 * real
+    assert facts["prompt_fits"] is True
+    assert facts["prefill_headroom_gib"] > 0
+
+
+def test_a_prompt_past_max_model_len_is_refused_by_the_release(v026: Snapshot) -> None:
+    """A 5,000-token prompt at --max-model-len 4096: the release's own input check refuses it
+    (its message names both lengths); the longest prompt that fits leaves one output token."""
+    config = json.loads((REAL / "configs" / "llama.json").read_text())
+    facts = engine_config(v026, "vllm serve m --max-model-len 4096", config, gpu="h200",
+                          memory_plan=True, prompt_tokens=5000).facts
+    assert facts["prompt_fits"] is False
+    assert "5000" in facts["prompt_rejected"] and "4096" in facts["prompt_rejected"]
+    assert facts["max_prompt_tokens_that_fit"] == 4095

@@ -56,6 +56,7 @@ def engine_config_cmd(
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
     memory_plan: bool = typer.Option(False, "--memory-plan", help="vLLM without --kv-memory-gib: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1, help="With the memory plan: one prompt of N tokens, in the chunks the release's scheduler cuts, each chunk's activation peak against what is free while serving: fits, or by how much not (exit 1)."),
     draft_config: Path | None = typer.Option(None, "--draft-config", help="SGLang: the draft model's config.json (for --speculative-draft-model-path)."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
@@ -91,10 +92,14 @@ def engine_config_cmd(
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
+    if prompt_tokens is not None and not memory_plan:
+        err_console.print("recon: --prompt-tokens runs on the memory plan: --memory-plan is on",
+                          markup=False)
+        memory_plan = True
     with flag_hints(snap):
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                               env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
-                              memory_plan=memory_plan)
+                              memory_plan=memory_plan, prompt_tokens=prompt_tokens)
     data = facts.as_json()
     if as_json:
         emit_json(data)
@@ -123,10 +128,11 @@ def engine_config_cmd(
 
 
 def _memory_exit(data: dict[str, Any]) -> None:
-    """Exit 1 when the release will not start, 6 when no memory plan could be made."""
-    if data.get("starts") is False:
+    """Exit 1 when the release will not start or the prompt asked about will not fit, 6 when
+    no memory plan could be made."""
+    if data.get("starts") is False or data.get("prompt_fits") is False:
         raise typer.Exit(1)
-    if data.get("memory_not_predicted"):
+    if data.get("memory_not_predicted") or data.get("prefill_not_predicted"):
         raise typer.Exit(6)
 
 

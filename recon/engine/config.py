@@ -454,7 +454,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                   kv_memory_gib: float | None = None, kv_memory_precision_gib: float = 0.005,
                   attention_backend: str | None = None, logged_args: bool = False,
                   files: dict[str, str] | None = None, memory_plan: bool = False,
-                  timeout: float = 600.0, sandbox: bool = True) -> EngineFacts:
+                  prompt_tokens: int | None = None, timeout: float = 600.0,
+                  sandbox: bool = True) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
     ``kv_memory_precision_gib``: how far the true memory may be from ``kv_memory_gib``
@@ -470,6 +471,9 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     ``memory_plan`` (without ``kv_memory_gib``): the worker's memory plan before it starts
     (weights, activation peak, CUDA graphs, memory outside torch, available KV memory and
     the KV cache that leaves), or the release's refusal to start (:func:`memory_facts`).
+    ``prompt_tokens`` (with the plan): one prompt of that many tokens, cut into chunks by
+    the release's scheduler, each chunk's activation peak through the release's forward on
+    the planned KV cache, against what is free then (:func:`prefill_facts`).
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -492,7 +496,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                {"attention_backend": attention_backend, "logged_args": logged_args,
                 "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
                 "entry": "" if command.entry == "serve" else command.entry,
-                "memory_plan": memory_plan and kv_bytes is None})
+                "memory_plan": memory_plan and kv_bytes is None,
+                "prompt_tokens": prompt_tokens if memory_plan and kv_bytes is None else None})
     result, release_environment = _release_day_if_broken(_answered(ask, config_json), ask,
                                                          config_json)
     said = [command.assumed, image_release(command.image, snapshot)]
@@ -771,6 +776,56 @@ def memory_facts(result: dict[str, Any]) -> dict[str, Any]:
         out["memory_replaced"] = plan.get("replaced", [])
         out["kernels_not_launched"] = plan.get("kernels_not_launched", [])
         out["activation_peak_holders"] = plan.get("peak_holders", [])
+        limits = [int(v) for v in ((result.get("facts") or {}).get("max_model_len"),
+                                    (result.get("kv") or {}).get("kv_cache_tokens")) if v]
+        # a prompt leaves room for one output token (the release refuses one of max_model_len)
+        out.update(prefill_facts(plan, min(limits) - 1 if limits else None))
+    return out
+
+
+def prefill_facts(plan: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """One prompt's chunks against the memory free while it runs (empty without a prompt).
+
+    Free while serving: torch's total less the CUDA context and the memory outside torch
+    (the plan's assumptions), the CUDA graphs' pool, and what stands allocated once the KV
+    cache is (weights, KV cache, the runner's buffers). A chunk fits where its activation
+    peak does not pass that. The largest prompt that fits: the KV pool's and max_model_len's
+    limit (``limit``) where every chunk fits; otherwise the largest first chunk that fits, its peak
+    taken as linear in its tokens (an estimate, said as such).
+    """
+    prefill = plan.get("prefill")
+    if prefill and prefill.get("error"):
+        return {"prompt_fits": None, "prefill_not_predicted": prefill["error"]}
+    if prefill and prefill.get("rejected"):
+        return {"prompt_tokens": prefill.get("prompt_tokens"), "prompt_fits": False,
+                "prompt_rejected": prefill["rejected"], "max_prompt_tokens_that_fit": limit}
+    if not prefill or not prefill.get("chunks"):
+        return {}
+    gib = 1 << 30
+    free = int(plan["total_bytes"]) - int(plan.get("context_bytes") or 0) \
+        - int(plan.get("non_torch_bytes") or 0) - int(plan.get("cudagraph_bytes") or 0) \
+        - int(prefill["standing_bytes"])
+    chunks = prefill["chunks"]
+    worst = max(chunks, key=lambda row: int(row["peak_bytes"]))
+    peak = int(worst["peak_bytes"])
+    cut = prefill.get("cut") or []
+    out: dict[str, Any] = {
+        "prompt_tokens": prefill.get("prompt_tokens"),
+        "prompt_chunks": len(cut), "prompt_chunk_tokens": max((c[0] for c in cut), default=0),
+        "prefill_peak_gib": round(peak / gib, 3),
+        "prefill_peak_chunk": {"tokens": worst["tokens"], "context": worst["context"]},
+        "prefill_peak_holders": worst.get("peak_holders", []),
+        "prefill_free_gib": round(free / gib, 3),
+        "prefill_headroom_gib": round((free - peak) / gib, 3),
+        "kv_pool_holds_prompt": prefill.get("kv_pool_holds_prompt"),
+        "prompt_fits": peak <= free and bool(prefill.get("kv_pool_holds_prompt")),
+        "prefill_context_modelled": prefill.get("context_modelled")}
+    if peak <= free:
+        out["max_prompt_tokens_that_fit"] = limit
+    else:
+        per_token = peak / max(int(worst["tokens"]), 1)
+        out["max_prompt_tokens_that_fit"] = max(int(free / per_token), 0)
+        out["max_prompt_tokens_estimated"] = "a chunk's peak taken as linear in its tokens"
     return out
 
 

@@ -17,6 +17,9 @@ What recon supplies, each listed in the answer:
   the memory outside torch (CUDA context, cuBLAS/NCCL workspaces) and, for the
   V1 model runner, its CUDA graph estimate (the release captures sample graphs
   on the GPU to measure it);
+* **a prompt's chunks** (when asked): the runner allocates the KV cache the release planned,
+  and each chunk the release's scheduler cut runs the dummy forward as one request with
+  attention metadata (:func:`prefill_peaks`);
 * **kernels**: Triton kernels are not launched (their Python, which allocates
   outputs and workspaces, runs); the model runs eagerly (no ``torch.compile``),
   so intermediates are those eager PyTorch holds, not those of a compiled graph.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import inspect
 import math
 import sys
 import weakref
@@ -75,6 +79,7 @@ class Ledger:
         self.peak = 0
         self.reserved = 0
         self.top: list[tuple[int, str]] = []
+        self.standing: set[int] = set()  # storages alive at the last peak reset
 
     def add(self, key: int, nbytes: int, name: str) -> None:
         if key not in self.sizes:
@@ -83,8 +88,8 @@ class Ledger:
             self.reserved = max(self.reserved, -(-self.allocated // SEGMENT) * SEGMENT)
             if self.allocated > self.peak:
                 self.peak = self.allocated
-                self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()),
-                                  reverse=True)[:5]
+                self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()
+                                   if k not in self.standing), reverse=True)[:5]
         self.holders[key] += 1
 
     def drop(self, key: int) -> None:
@@ -97,6 +102,8 @@ class Ledger:
 
     def reset_peak(self) -> None:
         self.peak = self.allocated
+        self.standing = set(self.sizes)
+        self.top = []
 
     def empty_cache(self) -> None:
         self.reserved = -(-self.allocated // SEGMENT) * SEGMENT
@@ -279,13 +286,21 @@ def fresh_runner(runner_cls: Any, attributes: dict[str, Any]) -> Any:
     return runner
 
 
+#: what a prompt's chunks need from the child once the plan is known: the release's KV cache
+#: config for the available bytes, and the chunks its scheduler cuts (tokens, context before)
+Chunking = Callable[[int], tuple[Any, list[tuple[int, int]]]]
+
+
 def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
-         graph_bytes: int, v1: bool, gpu_to_meta: Callable[[list[str]], Any]) -> dict[str, Any]:
+         graph_bytes: int, v1: bool, gpu_to_meta: Callable[[list[str]], Any],
+         chunking: Chunking | None = None) -> dict[str, Any]:
     """The worker's memory plan for ``config``: the release loads, profiles and subtracts.
 
     ``total``: the device memory torch reports; ``graph_bytes``: the CUDA graph estimate to
     answer for the V1 runner (which measures it by capturing); ``gpu_to_meta``: the child's
-    mode that makes GPU tensors on meta (its argument collects what it redirected).
+    mode that makes GPU tensors on meta (its argument collects what it redirected);
+    ``chunking``: given, the prompt's chunks then run on the planned KV cache
+    (:func:`prefill_peaks`).
     """
     import torch
 
@@ -320,7 +335,14 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
         runner.load_model(load_dummy_weights=True)
         available = int(worker.determine_available_memory())
         gc.collect()
-    return {"total_bytes": total, "requested_bytes": int(worker.requested_memory),
+        prefill = None
+        if chunking is not None:
+            kv, chunks = chunking(available)
+            try:
+                prefill = prefill_peaks(config, runner, kv, chunks, ledger, v1)
+            except Exception as err:  # noqa: BLE001 - said: the plan stands without it
+                prefill = {"error": f"{type(err).__name__}: {err}"[:800]}
+    return {"prefill": prefill, "total_bytes": total, "context_bytes": CONTEXT_BYTES, "requested_bytes": int(worker.requested_memory),
             "free_at_start_bytes": int(worker.init_snapshot.free_memory),
             "weights_bytes": int(runner.model_memory_usage),
             "activation_peak_bytes": int(getattr(worker, "peak_activation_memory", 0)),
@@ -329,6 +351,61 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
             "available_kv_bytes": available,
             "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top],
             "replaced": said + placed, "kernels_not_launched": sorted(skipped)}
+
+
+def prefill_peaks(config: Any, runner: Any, kv: Any, chunks: list[tuple[int, int]],
+                  ledger: Ledger, v1: bool) -> dict[str, Any]:
+    """Each distinct chunk of one prompt through the release's forward, on the planned KV cache.
+
+    The runner allocates the KV cache the release planned (``initialize_kv_cache``), then
+    runs its dummy forward as a batch of one request of the chunk's tokens with attention
+    metadata (the backends' own prefill paths, GDN/Mamba included) and the sampler's pass
+    for its one row. The peak over what stood before each chunk (weights, KV cache, buffers)
+    is the chunk's activation peak, as ``max_memory_allocated`` minus ``memory_allocated``
+    reads it on the GPU.
+    """
+    runner.initialize_kv_cache(kv)
+    gc.collect()
+    standing = ledger.allocated
+    rows: list[dict[str, Any]] = []
+    done: set[tuple[int, int]] = set()
+    for tokens, context in chunks:
+        key = (tokens, context if v1 else 0)
+        if key in done:
+            continue
+        done.add(key)
+        ledger.reset_peak()
+        base = ledger.allocated  # what a chunk before left (a workspace made once) stands
+        standing = max(standing, base)
+        with _one_request(config, runner, v1):
+            if v1:
+                seq = {"profile_seq_lens": context + tokens} if "profile_seq_lens" in \
+                    inspect.signature(runner._dummy_run).parameters else {}
+                _, last = runner._dummy_run(tokens, force_attention=True, is_profile=True,
+                                            **seq)
+            else:
+                _, last = runner._dummy_run(tokens, is_profile=True)
+            runner._dummy_sampler_run(last)
+            del last
+        gc.collect()
+        rows.append({"tokens": tokens, "context": context,
+                     "peak_bytes": ledger.peak - base,
+                     "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top]})
+    return {"standing_bytes": standing, "chunks": rows,
+            "context_modelled": v1 and "profile_seq_lens" in
+            inspect.signature(runner._dummy_run).parameters}
+
+
+@contextlib.contextmanager
+def _one_request(config: Any, runner: Any, v1: bool) -> Iterator[None]:
+    """The runner's dummy batch as one request: its request cap set to 1 for the block."""
+    owner, name = (config.scheduler_config, "max_num_seqs") if v1 else (runner, "max_num_reqs")
+    before = getattr(owner, name)
+    setattr(owner, name, 1)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
 
 
 def _request_memory() -> Callable[[Any, Any], int]:

@@ -18,7 +18,9 @@ The options every engine-backed recipe shares (``--set``):
   KV tokens and concurrency;
 * ``usage``: ``serve`` (default, ``vllm serve``), ``llm`` (``LLM(...)``) or ``engine``
   (an engine built from ``(Async)EngineArgs`` in the user's code);
-* ``gpu_count``: GPUs visible on the virtual machine (default 8).
+* ``gpu_count``: GPUs visible on the virtual machine (default 8);
+* ``prompt_tokens``: with the memory plan, one prompt of N tokens against the memory free
+  while serving (``kv-capacity``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from .base import Finding, NotApplicable, Provenance, RecipeContext, RecipeResul
 from .flags import flag_hints
 
 #: the options :func:`engine_facts` reads (every engine-backed recipe accepts them all)
-ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count")
+ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count",
+                  "prompt_tokens")
 
 #: the model assumed when no config.json is given (capture sizes need a model, not its size)
 ASSUMED_MODEL = Path(__file__).with_name("assumed_model.json")
@@ -68,8 +71,12 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
     if backend is not None and not isinstance(backend, str):
         raise ReconError(f"--set attention_backend: a backend name such as FLASH_ATTN, "
                          f"got {backend!r}")
+    prompt = opts.get("prompt_tokens")
+    if prompt is not None and (isinstance(prompt, bool) or not isinstance(prompt, int)
+                               or prompt < 1):
+        raise ReconError(f"--set prompt_tokens: a positive number of tokens, got {prompt!r}")
     return {"gpu": opts.get("gpu"), "usage": usage, "kv_memory_gib": gib, "gpu_count": count,
-            "attention_backend": backend}
+            "attention_backend": backend, "prompt_tokens": prompt}
 
 
 def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan: bool = False
@@ -109,7 +116,9 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan:
                                            gpu_count=req["gpu_count"],
                                            kv_memory_gib=req["kv_memory_gib"],
                                            attention_backend=req["attention_backend"],
-                                           logged_args=logged, memory_plan=memory_plan)
+                                           logged_args=logged, memory_plan=memory_plan,
+                                           prompt_tokens=req["prompt_tokens"]
+                                           if memory_plan else None)
         except ReconError as err:
             if ctx.config is not None:
                 raise

@@ -31,7 +31,9 @@ else from the model family's pattern keys (stated in a note), else
 
 Options: ``--set available_kv_gib=N`` (the ``Available KV cache memory`` of your log;
 without it, engine mode makes the worker's memory plan before the engine runs and slicing
-mode refuses), ``--set attention_layers=``, ``--set mamba_layers=``.
+mode refuses), ``--set prompt_tokens=N`` (with the plan: one prompt of N tokens in the
+chunks the release's scheduler cuts, against the memory free while serving),
+``--set attention_layers=``, ``--set mamba_layers=``.
 """
 
 from __future__ import annotations
@@ -517,8 +519,12 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
         # recon logs compares with what the engine measured: the log's figure, or nothing
         raise ReconError("kv-capacity needs the KV memory the engine had: --set "
                          "available_kv_gib=N (its 'Available KV cache memory' line)")
+    if not planned and ctx.options.get("prompt_tokens") is not None:
+        raise ReconError("--set prompt_tokens runs on the memory plan: leave out "
+                         "available_kv_gib (the plan makes that figure before the engine runs)")
     facts, said = engine_facts(ctx, memory_plan=planned)
-    res = engine_result(NAME, ctx, facts, said, KV_KEYS + (MEMORY_KEYS if planned else ()))
+    res = engine_result(NAME, ctx, facts, said, KV_KEYS + (MEMORY_KEYS if planned else ())
+                        + (PROMPT_KEYS if ctx.options.get("prompt_tokens") else ()))
     if planned and facts.facts.get("starts") is False:
         res.findings.append(Finding("error", "the engine will not start: "
                                     f"{facts.facts.get('startup_error')} "
@@ -528,6 +534,15 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
         res.undecided = ("no memory plan (give --set available_kv_gib=N, the engine's "
                          "'Available KV cache memory'): " + str(facts.facts["memory_not_predicted"]))
         return res
+    if facts.facts.get("prefill_not_predicted"):
+        res.undecided = "no prompt peak: " + str(facts.facts["prefill_not_predicted"])
+    if facts.facts.get("prompt_fits") is False:
+        f = facts.facts
+        why = f.get("prompt_rejected") or (
+            f"its costliest chunk needs {f.get('prefill_peak_gib')} GiB of activations with "
+            f"{f.get('prefill_free_gib')} GiB free while serving")
+        res.findings.append(Finding("error", f"a {f.get('prompt_tokens')}-token prompt will not "
+                                    f"run: {why}"))
     if planned:
         res.notes.append("available KV memory: the memory plan's, made before the engine runs "
                          "(its parts and assumptions above); --set available_kv_gib=N takes "
@@ -547,6 +562,11 @@ KV_KEYS = ("kv_cache_tokens", "kv_cache_tokens_range", "max_concurrency",
 #: the memory plan's figures, shown when the recipe made one (no available_kv_gib given)
 MEMORY_KEYS = ("starts", "weights_gib", "activation_peak_gib", "non_torch_gib",
                "cudagraph_memory_gib", "requested_memory_gib", "available_kv_gib")
+
+#: one prompt against the memory free while serving (``--set prompt_tokens=N``)
+PROMPT_KEYS = ("prompt_tokens", "prompt_fits", "prompt_chunks", "prefill_peak_gib",
+               "prefill_free_gib", "prefill_headroom_gib", "max_prompt_tokens_that_fit",
+               "prompt_rejected")
 
 
 def run(ctx: RecipeContext) -> RecipeResult:
