@@ -78,6 +78,11 @@ def print_memory_plan(data: dict[str, Any], *, sentence: bool = True) -> None:
     err_console.print(f"recon: memory counted on meta by recon's allocator model; kernels not "
                       f"launched: {', '.join(data.get('kernels_not_launched') or []) or 'none'}",
                       markup=False)
+    faked = data.get("ops_faked_on_meta") or []
+    if faked:
+        err_console.print(f"recon: the release's own Python did not run on meta for "
+                          f"{', '.join(faked)} (at least once): its registered fake counted the "
+                          "outputs only", markup=False)
 
 
 def print_prompt(data: dict[str, Any]) -> None:

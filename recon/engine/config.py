@@ -775,6 +775,8 @@ def memory_facts(result: dict[str, Any]) -> dict[str, Any]:
         out["memory_model_runner"] = plan.get("model_runner")
         out["memory_replaced"] = plan.get("replaced", [])
         out["kernels_not_launched"] = plan.get("kernels_not_launched", [])
+        out["ops_run_on_meta"] = plan.get("ops_run", [])
+        out["ops_faked_on_meta"] = plan.get("ops_faked", [])
         out["activation_peak_holders"] = plan.get("peak_holders", [])
         limits = [int(v) for v in ((result.get("facts") or {}).get("max_model_len"),
                                     (result.get("kv") or {}).get("kv_cache_tokens")) if v]

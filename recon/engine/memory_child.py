@@ -21,8 +21,10 @@ What recon supplies, each listed in the answer:
   and each chunk the release's scheduler cut runs the dummy forward as one request with
   attention metadata (:func:`prefill_peaks`);
 * **kernels**: Triton kernels are not launched (their Python, which allocates
-  outputs and workspaces, runs); the model runs eagerly (no ``torch.compile``),
-  so intermediates are those eager PyTorch holds, not those of a compiled graph.
+  outputs and workspaces, runs); the release's splitting ops (attention, GDN and Mamba
+  mixers) run their own Python, the other ``vllm::`` ops their registered fakes; the
+  model runs eagerly (no ``torch.compile``), so intermediates are those eager PyTorch
+  holds, not those of a compiled graph.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class Ledger:
         self.reserved = 0
         self.top: list[tuple[int, str]] = []
         self.standing: set[int] = set()  # storages alive at the last peak reset
+        self.ran: set[str] = set()  # the release's ops whose own Python ran
+        self.faked: set[str] = set()  # ... and those its registered fake answered instead
 
     def add(self, key: int, nbytes: int, name: str) -> None:
         if key not in self.sizes:
@@ -109,12 +113,16 @@ class Ledger:
         self.reserved = -(-self.allocated // SEGMENT) * SEGMENT
 
 
-def counting_mode(torch: Any, ledger: Ledger) -> Any:
+def counting_mode(torch: Any, ledger: Ledger, inside: frozenset[str] = frozenset()) -> Any:
     """A dispatch mode that enters every meta storage an op makes into ``ledger``.
 
     A storage is counted once, at its size, from the first op that returns a tensor of it,
     and leaves when the last of those tensors is gone. Random generators passed to ops
-    are dropped (meta tensors draw no numbers).
+    are dropped (meta tensors draw no numbers). The ops named in ``inside`` (the release's
+    splitting ops: attention, the GDN and Mamba mixers, which its compiled graph runs
+    eagerly) run their own Python, where they allocate before launching kernels; one whose
+    Python cannot run on meta (a compiled library's stand-in returns nothing) is answered by
+    its registered fake. ``ledger`` names which ran and which were faked.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -127,10 +135,21 @@ def counting_mode(torch: Any, ledger: Ledger) -> Any:
         ledger.add(key, storage.nbytes(), name)
         weakref.finalize(tensor, ledger.drop, key)
 
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    has_cuda = torch._C._dispatch_has_kernel_for_dispatch_key
+
     class Counting(TorchDispatchMode):  # type: ignore[misc]
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             kwargs = {k: v for k, v in (kwargs or {}).items() if k != "generator"}
+            if func.name() in inside and has_cuda(func.name(), "CUDA"):
+                try:
+                    with self:  # the op's own Python, its tensors counted
+                        made = func.redispatch(cuda, *args, **kwargs)
+                    ledger.ran.add(func.name())
+                    return made
+                except Exception:  # noqa: BLE001 - said: its registered fake answers
+                    ledger.faked.add(func.name())
             made = func(*args, **kwargs)
             for item in tree_flatten(made)[0]:
                 if isinstance(item, torch.Tensor):
@@ -328,7 +347,7 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
     pairs.append((runner, "profile_run", profiled))
     config.compilation_config.static_forward_context.clear()  # the load registers them again
     with replaced(pairs, said, "recon's memory count"), torch.device("meta"), \
-            gpu_to_meta(placed), counting_mode(torch, ledger):
+            gpu_to_meta(placed), counting_mode(torch, ledger, splitting_ops(config)):
         worker = worker_view(worker_mod.Worker, config, runner, device)
         worker.init_snapshot = snapshot_cls(device=device)
         worker.requested_memory = request(worker.init_snapshot, config.cache_config)
@@ -350,7 +369,16 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
             "cudagraph_bytes": int(getattr(worker, "cudagraph_memory_estimate", 0)),
             "available_kv_bytes": available,
             "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top],
-            "replaced": said + placed, "kernels_not_launched": sorted(skipped)}
+            "replaced": said + placed, "kernels_not_launched": sorted(skipped),
+            "ops_run": sorted(ledger.ran), "ops_faked": sorted(ledger.faked)}
+
+
+def splitting_ops(config: Any) -> frozenset[str]:
+    """The release's splitting ops for ``config`` (``vllm::name``, as its compilation config
+    lists them): the ops its compiled graph leaves to run eagerly, their own Python."""
+    names = getattr(config.compilation_config, "splitting_ops", None) or []
+    return frozenset(str(name).replace(".", "::", 1) if "::" not in str(name) else str(name)
+                     for name in names)
 
 
 def prefill_peaks(config: Any, runner: Any, kv: Any, chunks: list[tuple[int, int]],
