@@ -35,7 +35,8 @@ BOARD = {"D": "h100", "H": "h100", "P": "h100"}
 FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_dtype": "--kv-cache-dtype",
          "enforce_eager": "--enforce-eager", "gdn_prefill_backend": "--gdn-prefill-backend",
          "max_num_batched_tokens": "--max-num-batched-tokens",
-         "enable_prefix_caching": "--enable-prefix-caching"}
+         "enable_prefix_caching": "--enable-prefix-caching",
+         "language_model_only": "--language-model-only"}
 
 
 def _log(case: str) -> Path:
@@ -180,3 +181,18 @@ def test_a_prompt_past_max_model_len_is_refused_by_the_release(v026: Snapshot) -
     assert facts["prompt_fits"] is False
     assert "5000" in facts["prompt_rejected"] and "4096" in facts["prompt_rejected"]
     assert facts["max_prompt_tokens_that_fit"] == 4095
+
+
+def test_a_hybrid_prompt_runs_the_gdn_prefill_path(v026: Snapshot) -> None:
+    """Qwen3.6-35B-A3B at 32,768 context with 8,192-token chunks (the real P36_b8k run): the
+    chunks go through the release's own GDN prefill (its chunked delta-rule kernels are reached,
+    their launches skipped), and the figure bounds the real in-process peak from above."""
+    flags, usage = _command("P36_b8k")
+    facts = engine_config(v026, flags, _config("P36_b8k"), gpu="h100", usage=usage,
+                          memory_plan=True, prompt_tokens=32_000,
+                          env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
+    real = _peaks("P36_b8k")[32_000] / (1 << 30)
+    assert facts["prompt_chunks"] == -(-32_000 // 8192)
+    assert any(k.startswith("chunk_gated_delta_rule") for k in facts["kernels_not_launched"])
+    assert real <= facts["prefill_peak_gib"] <= 1.4 * real
+    assert facts["prompt_fits"] is True
