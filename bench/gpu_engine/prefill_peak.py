@@ -9,6 +9,10 @@ allocated before the request, the peak during it and the difference (the prompt'
 activation peak over the engine's standing memory: weights, KV cache, graphs' pools).
 A prompt that runs out of memory prints its error instead and the run goes on.
 ``PEAK_KWARGS`` (JSON) adds keyword arguments to ``LLM(...)``.
+``PEAK_SQUEEZE="WEIGHTS_GIB,LEAVE_GIB"`` squeezes the engine: ``kv_cache_memory_bytes`` is set to
+the GPU's free memory before the engine starts, less the weights and LEAVE_GIB, so that little is
+left for a prompt's activations; the chosen figure and the free memory after start-up are printed
+(``SQUEEZE`` and ``SERVING`` lines), and the prompts find the first length that runs out of memory.
 """
 import json
 import os
@@ -28,8 +32,21 @@ def main() -> None:
               "max_model_len": max_len, "max_num_batched_tokens": batched,
               "enable_prefix_caching": False,
               **json.loads(os.environ.get("PEAK_KWARGS", "{}"))}
+    squeeze = os.environ.get("PEAK_SQUEEZE")
+    if squeeze:
+        weights_gib, leave_gib = (float(x) for x in squeeze.split(","))
+        free, total = torch.cuda.mem_get_info()
+        kwargs["kv_cache_memory_bytes"] = int(free - (weights_gib + leave_gib) * 2**30)
+        print("SQUEEZE " + json.dumps({"free_before": free, "total": total,
+                                       "kv_cache_memory_bytes": kwargs["kv_cache_memory_bytes"]}))
     print(f"CASE {case} LLM kwargs {json.dumps(kwargs)}", flush=True)
+    t_init = time.time()
     llm = LLM(**kwargs)
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    print("SERVING " + json.dumps({"init_seconds": round(time.time() - t_init, 1), "free": free,
+                                   "allocated": torch.cuda.memory_allocated(),
+                                   "reserved": torch.cuda.memory_reserved()}), flush=True)
     params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
     for n in lengths:
         torch.cuda.synchronize()

@@ -1606,7 +1606,8 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
     plan["model_runner"] = "V1" if v1 else "V2"
     if plan.get("prefill"):
         plan["prefill"].update(prompt_tokens=prompt, **scheduled)
-        assumptions.append(PREFILL_COUNT)
+        assumptions.append(PREFILL_FUSED if plan["prefill"].get("fused_custom_ops")
+                           else PREFILL_EAGER)
         if not v1:
             assumptions.append("each chunk without the context before it: the V2 runner's "
                                "dummy batch has none (attention reads the context from the "
@@ -1618,11 +1619,13 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 #: how the prompt's chunks are counted, with what the real engine measured
-PREFILL_COUNT = ("a chunk's activation peak as the profile run counts it (eager PyTorch, "
-                 "native ops): an upper bound, 33% above the real compiled engine's in-process "
-                 "peak for Llama-3.1-8B and 29% above it for Qwen3.6-35B-A3B at 8,192-token "
-                 "chunks (H100, tests/data/logs/real-h100/P8_b8k, P36_b8k); a prompt said to "
-                 "fit fits, one said not to may still fit")
+PREFILL_FUSED = ("a chunk's activation peak as the compiled graph holds it: each CustomOp in "
+                 "the graph one fused kernel (only what it returns is counted), the ops the "
+                 "graph leaves to run eagerly op by op; 7% above the real engine's in-process "
+                 "peak for Llama-3.1-8B and 10% above it for Qwen3.6-35B-A3B at 8,192-token "
+                 "chunks (H100, tests/data/logs/real-h100/P8_b8k, P36_b8k)")
+PREFILL_EAGER = ("a chunk's activation peak as the eager engine runs it (no compiled graph: "
+                 "every op by op); no prompt peak of an eager engine was measured yet")
 
 
 def prompt_refusal(config: Any, tokens: int) -> str | None:

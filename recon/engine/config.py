@@ -821,7 +821,8 @@ def prefill_facts(plan: dict[str, Any], limit: int | None) -> dict[str, Any]:
         "prefill_headroom_gib": round((free - peak) / gib, 3),
         "kv_pool_holds_prompt": prefill.get("kv_pool_holds_prompt"),
         "prompt_fits": peak <= free and bool(prefill.get("kv_pool_holds_prompt")),
-        "prefill_context_modelled": prefill.get("context_modelled")}
+        "prefill_context_modelled": prefill.get("context_modelled"),
+        "prefill_fused_custom_ops": prefill.get("fused_custom_ops", 0)}
     if peak <= free:
         out["max_prompt_tokens_that_fit"] = limit
     else:

@@ -23,8 +23,10 @@ What recon supplies, each listed in the answer:
 * **kernels**: Triton kernels are not launched (their Python, which allocates
   outputs and workspaces, runs); the release's splitting ops (attention, GDN and Mamba
   mixers) run their own Python, the other ``vllm::`` ops their registered fakes; the
-  model runs eagerly (no ``torch.compile``), so intermediates are those eager PyTorch
-  holds, not those of a compiled graph.
+  model runs eagerly (no ``torch.compile``). The profile counts what eager PyTorch holds
+  (it matched the engine's own profile line on every real run); a prompt's chunks count
+  what the compiled graph holds where the engine compiles with Inductor: each CustomOp in
+  the graph one fused kernel (:func:`fused_custom_ops`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Ledger:
         self.standing: set[int] = set()  # storages alive at the last peak reset
         self.ran: set[str] = set()  # the release's ops whose own Python ran
         self.faked: set[str] = set()  # ... and those its registered fake answered instead
+        self.opaque = 0  # how deep inside ops whose own Python runs (outside a compiled graph)
 
     def add(self, key: int, nbytes: int, name: str) -> None:
         if key not in self.sizes:
@@ -103,6 +106,15 @@ class Ledger:
         if self.holders[key] <= 0:
             self.allocated -= self.sizes.pop(key)
             del self.holders[key], self.names[key]
+
+    def settle(self, peak: int, top: list[tuple[int, str]]) -> None:
+        """A fused kernel ran: what it made and dropped inside never stood at once with the
+        rest, so the peak is the one before it, or what stands after it if that is more."""
+        self.peak, self.top = peak, top
+        if self.allocated > peak:
+            self.peak = self.allocated
+            self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()
+                               if k not in self.standing), reverse=True)[:5]
 
     def reset_peak(self) -> None:
         self.peak = self.allocated
@@ -144,8 +156,12 @@ def counting_mode(torch: Any, ledger: Ledger, inside: frozenset[str] = frozenset
             kwargs = {k: v for k, v in (kwargs or {}).items() if k != "generator"}
             if func.name() in inside and has_cuda(func.name(), "CUDA"):
                 try:
-                    with self:  # the op's own Python, its tensors counted
-                        made = func.redispatch(cuda, *args, **kwargs)
+                    ledger.opaque += 1
+                    try:
+                        with self:  # the op's own Python, its tensors counted
+                            made = func.redispatch(cuda, *args, **kwargs)
+                    finally:
+                        ledger.opaque -= 1
                     ledger.ran.add(func.name())
                     return made
                 except Exception:  # noqa: BLE001 - said: its registered fake answers
@@ -276,6 +292,47 @@ def eager(model: Any) -> int:
     return count
 
 
+def by_inductor(config: Any) -> bool:
+    """Whether the engine compiles the model with Inductor (it fuses what it compiles)."""
+    comp = config.compilation_config
+    mode = getattr(comp, "mode", None)
+    mode = getattr(comp, "level", 0) if mode is None else mode
+    backend = str(getattr(comp, "backend", "") or "inductor")
+    return int(mode or 0) in (1, 3) and backend == "inductor"
+
+
+def fused_custom_ops(model: Any, ledger: Ledger) -> int:
+    """Every CustomOp of the model counted as one fused kernel; how many.
+
+    Inside its compiled graph the engine's Inductor fuses a CustomOp's native form, and a
+    CustomOp on its CUDA form is one kernel: only the tensors it returns outlive it, so its
+    temporaries do not raise the peak. Inside an op the graph leaves to run eagerly (a
+    splitting op, whose Python runs here) a native form runs op by op, as the release runs
+    it there (it compiles one on its own only where asked: ``CustomOp.maybe_compile``).
+    """
+    base = importlib.import_module("vllm.model_executor.custom_op").CustomOp
+    count = 0
+    for module in model.modules():
+        method = getattr(module, "_forward_method", None)
+        if isinstance(module, base) and method is not None:
+            native = getattr(method, "__func__", None) is type(module).forward_native
+            module._forward_method = _as_one_kernel(method, ledger, native)
+            count += 1
+    return count
+
+
+def _as_one_kernel(method: Callable[..., Any], ledger: Ledger,
+                   native: bool) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if native and ledger.opaque:  # inside an op that runs its Python: op by op
+            return method(*args, **kwargs)
+        peak, top = ledger.peak, ledger.top
+        made = method(*args, **kwargs)
+        ledger.settle(peak, top)
+        return made
+    return call
+
+
 def graph_assumption(cudagraph: dict[str, Any] | None) -> tuple[int, str | None]:
     """The V1 runner's CUDA graph estimate recon assumes: bytes, and the line that says so."""
     graphs = (cudagraph or {}).get("graphs", {})
@@ -351,6 +408,7 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
         worker = worker_view(worker_mod.Worker, config, runner, device)
         worker.init_snapshot = snapshot_cls(device=device)
         worker.requested_memory = request(worker.init_snapshot, config.cache_config)
+        _workspaces(config, torch.device("meta"))
         runner.load_model(load_dummy_weights=True)
         available = int(worker.determine_available_memory())
         gc.collect()
@@ -393,6 +451,7 @@ def prefill_peaks(config: Any, runner: Any, kv: Any, chunks: list[tuple[int, int
     reads it on the GPU.
     """
     runner.initialize_kv_cache(kv)
+    fused = fused_custom_ops(runner.model, ledger) if by_inductor(config) else 0
     gc.collect()
     standing = ledger.allocated
     rows: list[dict[str, Any]] = []
@@ -419,7 +478,7 @@ def prefill_peaks(config: Any, runner: Any, kv: Any, chunks: list[tuple[int, int
         rows.append({"tokens": tokens, "context": context,
                      "peak_bytes": ledger.peak - base,
                      "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top]})
-    return {"standing_bytes": standing, "chunks": rows,
+    return {"standing_bytes": standing, "chunks": rows, "fused_custom_ops": fused,
             "context_modelled": v1 and "profile_seq_lens" in
             inspect.signature(runner._dummy_run).parameters}
 
@@ -434,6 +493,14 @@ def _one_request(config: Any, runner: Any, v1: bool) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, before)
+
+
+def _workspaces(config: Any, device: Any) -> None:
+    """The release's workspace manager (where fused MoE keeps its buffers, grown by the
+    profile run and kept), made as the worker's ``init_device`` makes it."""
+    with contextlib.suppress(ImportError, AttributeError):
+        init = importlib.import_module("vllm.v1.worker.workspace").init_workspace_manager
+        init(device, 2 if getattr(config.parallel_config, "enable_dbo", False) else 1)
 
 
 def _request_memory() -> Callable[[Any, Any], int]:
