@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,3 +201,16 @@ def test_a_hybrid_prompt_runs_the_gdn_prefill_path(v026: Snapshot) -> None:
     assert any(k.startswith("chunk_gated_delta_rule") for k in facts["kernels_not_launched"])
     assert real <= facts["prefill_peak_gib"] <= 1.11 * real
     assert facts["prompt_fits"] is True
+
+
+def test_a_prompt_the_release_refuses_exits_one_from_the_recipe(v026: Snapshot) -> None:
+    """The same 5,000-token prompt at --max-model-len 4096 through `recon recipe run
+    kv-capacity --set prompt_tokens=5000`: the answer is no, so the exit status is 1 (as
+    engine-config's), and the reason is the release's own message."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "recon", "recipe", "run", "kv-capacity", "--snapshot",
+         str(v026.root), "--config", str(REAL / "configs" / "llama.json"), "--flags",
+         "vllm serve m --max-model-len 4096", "--set", "gpu=h200",
+         "--set", "prompt_tokens=5000"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-1500:]
+    assert "the answer is no" in proc.stderr and "5000" in proc.stderr

@@ -17,6 +17,9 @@ NOT_APPLICABLE_EXIT = 5
 #: ... and when part of the answer is one the release cannot decide here (the rest is shown):
 #: the status engine mode gives where it has no number (``EngineFailed``)
 UNDECIDED_EXIT = 7
+#: ... and when the answer is "no": an error finding (the engine will not start, the prompt will
+#: not run, the release refuses the flags), as engine-config answers the same question
+REFUSED_EXIT = 1
 
 recipe_app = typer.Typer(help="Named investigations, answered by running the release's own code.",
                          no_args_is_help=True)
@@ -95,7 +98,8 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write a Markdown section to this file ('-' prints it)."),
 ) -> None:
-    """Run one recipe on a snapshot with your config and flags (exit 5: not applicable to that release)."""
+    """Run one recipe on a snapshot with your config and flags (exit 1: the answer is no, e.g. the
+    engine will not start; 5: not applicable to that release; 7: not decided here)."""
     from ..acquire.writer import write_text
     from ..recipes import require_needs, run_recipe
     from ..snapshots.cache import ensure_snapshot
@@ -117,6 +121,10 @@ def run_cmd(
     if res.undecided:
         err_console.print(f"[red]recon: not decided here:[/] {escape(str(res.undecided))}")
         raise typer.Exit(UNDECIDED_EXIT)
+    refused = [f.text for f in res.findings if f.level == "error"]
+    if refused:
+        err_console.print(f"[red]recon: the answer is no:[/] {escape(refused[0])}")
+        raise typer.Exit(REFUSED_EXIT)
 
 
 def register(app: typer.Typer) -> None:
