@@ -214,3 +214,30 @@ def test_a_prompt_the_release_refuses_exits_one_from_the_recipe(v026: Snapshot) 
          "--set", "prompt_tokens=5000"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-1500:]
     assert "the answer is no" in proc.stderr and "5000" in proc.stderr
+
+
+def test_logs_predicts_the_memory_section_from_the_command_line(v026: Snapshot) -> None:
+    """`recon logs --memory-plan` on the real Llama-3.1-8B start-up (H100): the weights, the
+    available KV memory and the KV tokens are predicted from the log's own argument line and
+    board alone, then set beside the engine's lines; all within the plan's 3% (the weights at
+    the log's 0.1 GiB), exit 0, and the report says where the memory came from. Without the
+    flag the log's figure is given to the recipes, and the report says that instead."""
+    args = [sys.executable, "-m", "recon", "logs", str(H100 / "D8_serve.log"), "--snapshot",
+            str(v026.root), "--config", str(H100 / "configs" / "llama8b.json"), "--json"]
+    proc = subprocess.run([*args, "--memory-plan"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    report = json.loads(proc.stdout)
+    rows = {row["quantity"]: row for row in report["comparisons"]}
+    engine = _engine_lines("D8_serve")
+    assert rows["model_load_gib"]["observed"] == engine["weights"]
+    assert rows["available_kv_cache_memory_gib"]["observed"] == engine["available"]
+    for quantity in ("model_load_gib", "available_kv_cache_memory_gib", "kv_cache_tokens"):
+        assert rows[quantity]["status"] == "match", rows[quantity]
+        assert rows[quantity]["recipe"] == "kv-capacity"
+    planned = rows["available_kv_cache_memory_gib"]["predicted"]
+    assert abs(planned - engine["available"]) <= 0.03 * engine["available"]
+    assert any("predicted from the command line" in n for n in report["notes"])
+    given = json.loads(subprocess.run(args, capture_output=True, text=True,
+                                      timeout=900).stdout)
+    assert "available_kv_cache_memory_gib" not in {r["quantity"] for r in given["comparisons"]}
+    assert any("the log's own figure" in n for n in given["notes"])

@@ -31,6 +31,11 @@ def logs_cmd(
                                           "from the log's own argument line)."),
     sets: list[str] = typer.Option([], "--set", help="Recipe option KEY=VALUE, for every recipe."),
     engine: str | None = typer.Option(None, "--engine", help="vllm or sglang (default: detected)."),
+    memory_plan: bool = typer.Option(False, "--memory-plan",
+                                     help="vLLM: predict the memory section (weights, available "
+                                          "KV memory, KV tokens) from the command line alone "
+                                          "and compare it with the log's, instead of starting "
+                                          "from the log's 'Available KV cache memory'."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     markdown: Path | None = typer.Option(None, "--markdown",
                                          help="Also write the report as Markdown to this file "
@@ -42,7 +47,7 @@ def logs_cmd(
     from ..logs import analyze, render_console, render_markdown
 
     report = analyze(serverlog, snapshot=snapshot, config=config, flags=flags,
-                     options=parse_sets(sets), engine=engine)
+                     options=parse_sets(sets), engine=engine, memory_plan=memory_plan)
     if as_json:
         emit_json(report.to_json())
     elif markdown is None or str(markdown) != "-":

@@ -30,7 +30,7 @@ from .traps import find_traps
 def analyze(path: str | Path | None = None, *, text: str | None = None,
             snapshot: Any = None, config: str | Path | dict[str, Any] | None = None,
             flags: str | list[str] | None = None, options: dict[str, Any] | None = None,
-            engine: str | None = None) -> LogReport:
+            engine: str | None = None, memory_plan: bool = False) -> LogReport:
     """Parse a log, find traps, and (with ``snapshot``) compare with the recipes' answers.
 
     ``snapshot`` is a :class:`~recon.snapshots.model.Snapshot`, a snapshot name/path or
@@ -39,6 +39,8 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     the report says so. Without ``flags`` the flags come from the log's own argument
     line; the GPU and the entry point come from the log where it tells them
     (:mod:`recon.logs.setting`), and ``options`` (``--set``) override both.
+    ``memory_plan`` (vLLM): the memory section (weights, available KV memory and what
+    follows) is predicted from the command line alone, not taken from the log.
     """
     if text is not None:
         log = parse_text(text, engine=engine)
@@ -89,10 +91,30 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         report.notes.append("no --config: recipes that need the model's config.json say so")
     settings, unsettled = settings_from_log(log)
     report.notes += unsettled
+    planned = memory_plan and snap.package == "vllm"
+    fl.memory_planned = planned
+    note = memory_note(memory_plan, snap.package)
+    if note:
+        report.notes.append(note)
     with options_read(options or {}, "the recipes this log ran"):
-        run_predictions(report, snap, config=config, flags=fl, options=options, settings=settings)
+        run_predictions(report, snap, config=config, flags=fl, options=options, settings=settings,
+                        memory_plan=planned)
     say_missing_once(report)
     return report
+
+
+def memory_note(memory_plan: bool, package: str) -> str | None:
+    """Which memory the predictions started from: the plan, or the engine's own figure."""
+    if memory_plan and package == "vllm":
+        return ("memory: predicted from the command line alone (the memory plan: weights, "
+                "activations, CUDA graphs, available KV memory), then compared with the log's")
+    if memory_plan:
+        return (f"memory: no memory plan for {package} yet; its free-memory figures are taken "
+                "from the log")
+    if package != "vllm":
+        return None
+    return ("memory: the KV cache's available memory is the log's own figure (--memory-plan "
+            "predicts it from the command line instead)")
 
 
 def say_missing_once(report: LogReport) -> None:

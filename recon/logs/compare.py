@@ -82,6 +82,17 @@ LINKS: list[Link] = [
          engine="sglang"),
 ]
 
+#: With ``recon logs --memory-plan`` (vLLM): the memory section is predicted from the command
+#: line alone (kv-capacity's memory plan) instead of taken from the log
+MEMORY_LINKS: list[Link] = [
+    Link("model_load_gib", "kv-capacity", ("weights_gib",)),
+    Link("available_kv_cache_memory_gib", "kv-capacity", ("available_kv_gib",)),
+]
+#: what follows from the planned memory, compared within the plan's measured accuracy (its
+#: available KV memory within 3% of the engine's on every real run, tests/test_memory_plan.py)
+PLANNED = ("available_kv_cache_memory_gib", "kv_cache_tokens", "max_concurrency")
+PLAN_TOLERANCE = 0.03
+
 #: What a recipe is *given* from the log rather than asked to predict: recipe -> option ->
 #: observed quantity. The engine's own measurement (free memory after profiling) cannot be
 #: computed offline; the capacity that follows from it can. A ``--set`` of the same option wins.
@@ -107,22 +118,25 @@ INPUTS["vllm-mamba-align-column"] = {"mamba_block_size": "attention_block_size",
 _LOGGED = ("the release logged: ", "the release logs: ")
 
 
-def recipes_for(log: ServerLog, engine: str) -> list[str]:
+def recipes_for(log: ServerLog, engine: str, links: list[Link] = LINKS) -> list[str]:
     """Recipes worth running: those predicting something this log printed, in table order."""
     out: list[str] = []
-    for link in LINKS:
+    for link in links:
         if link.engine == engine and link.quantity in log.observed and link.recipe not in out:
             out.append(link.recipe)
     return out
 
 
 def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any,
-                    options: dict[str, Any] | None, settings: list[FromLog] | None = None) -> None:
+                    options: dict[str, Any] | None, settings: list[FromLog] | None = None,
+                    memory_plan: bool = False) -> None:
     """Run the recipes and fill ``report.comparisons`` and ``report.recipes``.
 
     ``settings`` are options the log itself settles (its GPU, its entry point): each
     recipe gets them unless the user's ``--set`` names the option, and
-    ``report.inputs`` says which recipe used which, from which line.
+    ``report.inputs`` says which recipe used which, from which line. ``memory_plan``:
+    the memory section too is predicted (:data:`MEMORY_LINKS`), the log's available KV
+    memory compared rather than given.
     """
     from ..recipes import all_recipes, run_recipe
     from ..recipes.base import looked_up
@@ -136,13 +150,16 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
     #: rounded (the available KV memory is printed to 0.01 GiB)
     ranges: dict[str, tuple[float, float]] = {}
     checks = [name for name, applies in CHECKS.items() if applies(log)]
-    for name in recipes_for(log, engine) + checks:
+    links = LINKS + (MEMORY_LINKS if memory_plan else [])
+    for name in recipes_for(log, engine, links) + checks:
         if name not in known:
             why_not[name] = f"recipe {name} not available"
             continue
         opts = dict(options or {})
         given = {}
         for option, quantity in INPUTS.get(name, {}).items():
+            if memory_plan and option == "available_kv_gib":
+                continue  # predicted, then compared with the log's figure
             if option not in opts and quantity in log.observed:
                 opts[option] = log.observed[quantity].value
                 given[option] = {"recipe": name, "option": option, "quantity": quantity,
@@ -172,18 +189,24 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
             report.checks += [{"recipe": name, "level": f.level, "text": f.text}
                               for f in res.findings if f.level != "info"]
             continue
-        for q, (value, key) in _predictions_of(res, name, engine).items():
+        for q, (value, key) in _predictions_of(res, name, engine, links).items():
+            if memory_plan and q in PLANNED and name != "kv-capacity":
+                continue  # another recipe's child had no memory figure: the plan decides
             predicted.setdefault(q, (value, name, key))
             bounds = res.values.get(f"{key}_range")
+            if memory_plan and q in PLANNED and isinstance(value, (int, float)):
+                bounds = [value * (1 - PLAN_TOLERANCE), value * (1 + PLAN_TOLERANCE)]
+                ranges.pop(q, None)  # the plan's accuracy, not the log's rounding
             if isinstance(bounds, list) and len(bounds) == 2:
                 ranges.setdefault(q, (float(min(bounds)), float(max(bounds))))
     report.recipes.update({k: v for k, v in why_not.items() if k not in report.recipes})
-    report.comparisons = _compare(log, predicted, why_not, engine, ranges)
+    report.comparisons = _compare(log, predicted, why_not, engine, ranges, links, memory_plan)
 
 
-def _predictions_of(res: Any, name: str, engine: str) -> dict[str, tuple[Any, str]]:
+def _predictions_of(res: Any, name: str, engine: str,
+                    links: list[Link]) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
-    for link in LINKS:
+    for link in links:
         if link.recipe != name or link.engine != engine:
             continue
         for key in link.keys:
@@ -206,9 +229,10 @@ def _predictions_of(res: Any, name: str, engine: str) -> dict[str, tuple[Any, st
 
 def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
              why_not: dict[str, str], engine: str,
-             ranges: dict[str, tuple[float, float]] | None = None) -> list[Comparison]:
+             ranges: dict[str, tuple[float, float]] | None = None,
+             links: list[Link] = LINKS, planned: bool = False) -> list[Comparison]:
     rows: list[Comparison] = []
-    names = [lk.quantity for lk in LINKS if lk.engine == engine]
+    names = [lk.quantity for lk in links if lk.engine == engine]
     names += [q for q in predicted if q not in names]
     for q in names:
         obs = log.observed.get(q)
@@ -219,12 +243,17 @@ def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
                 rows.append(Comparison(q, label, None, None, value, recipe, key, "not in log",
                                        "predicted, but the log does not print it"))
                 continue
-            ok = same(obs.value, value, obs.raw) or within((ranges or {}).get(q), obs.value)
+            exact = same(obs.value, value, obs.raw)
+            bounds = (ranges or {}).get(q)
+            ok = exact or within(bounds, obs.value)
+            note = "" if exact else f"within {bounds[0]:.6g}-{bounds[1]:.6g}" if ok and bounds \
+                else _mismatch_note(recipe)
+            if ok and not exact and planned and q in PLANNED:
+                note += f" (the memory plan's {PLAN_TOLERANCE:.0%})"
             rows.append(Comparison(q, label, obs.value, obs.line, value, recipe, key,
-                                   "match" if ok else "mismatch",
-                                   "" if ok else _mismatch_note(recipe)))
+                                   "match" if ok else "mismatch", note))
         elif obs is not None:
-            link = next((lk for lk in LINKS if lk.quantity == q and lk.engine == engine), None)
+            link = next((lk for lk in links if lk.quantity == q and lk.engine == engine), None)
             why = why_not.get(link.recipe) if link else None
             note = why or (f"recipe {link.recipe} gave no value for it" if link else "")
             rows.append(Comparison(q, label, obs.value, obs.line, None,

@@ -77,6 +77,8 @@ class ServeFlags:
     raw: list[str] = field(default_factory=list)
     #: rebuilt from a log's argument line (config objects there are printed whole)
     from_log: bool = False
+    #: ``recon logs --memory-plan``: the memory the log printed is predicted, not given
+    memory_planned: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)

@@ -515,7 +515,8 @@ def _stubs() -> dict[str, str]:
 def run_engine(ctx: RecipeContext) -> RecipeResult:
     """Engine mode: the release's KV cache specs, ``get_kv_cache_configs`` and capacity."""
     planned = ctx.options.get("available_kv_gib") is None
-    if planned and getattr(ctx.given, "from_log", False):
+    if planned and getattr(ctx.given, "from_log", False) \
+            and not getattr(ctx.given, "memory_planned", False):
         # recon logs compares with what the engine measured: the log's figure, or nothing
         raise ReconError("kv-capacity needs the KV memory the engine had: --set "
                          "available_kv_gib=N (its 'Available KV cache memory' line)")
