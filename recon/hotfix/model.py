@@ -14,8 +14,6 @@ from ..errors import ReconError
 #: Closure statuses: what the patched file sees for one name the new code reads.
 SAME, CHANGED, MISSING, NEW_IMPORT, COMPILED, UNKNOWN, LOCAL = (
     "same", "changed", "missing", "new-import", "compiled", "unknown", "in-file")
-#: The statuses that refuse a hotfix.
-REFUSING = frozenset({MISSING, NEW_IMPORT, COMPILED})
 
 
 class HotfixRefused(ReconError):

@@ -191,7 +191,6 @@ class Walker:
         self._members_by_name: dict[str, list[tuple[str, int]]] = {}
         self._count = 0
         self._exempt = False  # while keeping a target itself: asked for by name, never cut
-        self._walked_units: set[tuple[str, int]] = set()
 
     # -- targets ----------------------------------------------------------------
     def add_target(self, qualname: str) -> TargetInfo:

@@ -288,19 +288,6 @@ def is_compressed(head: bytes) -> bool:
     return head[:2] == _GZIP_MAGIC or head[:4] == _ZSTD_MAGIC
 
 
-def seekable_tar_entries(raw: IO[bytes], *, where: str, strip: str = "", prefix: str = "",
-                         on_offset: Callable[[int], None] | None = None,
-                         max_layer_size: int | None = None) -> Iterator[Entry]:
-    """Entries of an *uncompressed, seekable* tar: member data is skipped by seeking.
-
-    Only for tars whose bytes need no digest check (the engine's own
-    archives, a layout's outer tar); a layer with a digest to verify goes
-    through :func:`verified_tar_entries`, which must read every byte.
-    """
-    yield from tar_members(raw, where=where, seekable=True, strip=strip, prefix=prefix,
-                           max_size=max_layer_size, on_offset=on_offset)
-
-
 @dataclass
 class LayerCheck:
     """What a layer's bytes must hash to, and its caps: the inputs of :func:`verified_tar_entries`.
