@@ -745,3 +745,53 @@ def test_a_board_is_read_from_how_people_write_it() -> None:
         board_for("v100")
     with pytest.raises(UnknownGPU, match="unknown GPU 'h300'"):
         board_for("h300")
+
+
+@pytest.mark.parametrize(("spec", "capability", "gib"), [
+    # compute capabilities from NVIDIA's CUDA GPU list and AMD's ROCm support matrix
+    ("NVIDIA GeForce RTX 5060 Ti,memory=16GiB", (12, 0), 16.0),
+    ("NVIDIA GeForce RTX 5070 Ti,memory=16303MiB", (12, 0), 16303 / 1024),
+    ("NVIDIA GeForce RTX 4070 Laptop GPU,memory=8GiB,sms=36", (8, 9), 8.0),
+    ("NVIDIA GeForce RTX 2080 Ti,memory=11GiB", (7, 5), 11.0),
+    ("AMD Instinct MI355X,memory=288GB", (9, 5), 288e9 / 2**30),
+    ("sm=8.6,memory=12GiB", (8, 6), 12.0),
+    ("My Board,sm=sm120,memory=96GiB", (12, 0), 96.0),
+])
+def test_a_board_the_table_lacks_is_described(spec: str, capability: tuple[int, int],
+                                              gib: float) -> None:
+    """A board the table lacks (every month brings one): its name's family gives the compute
+    capability (or sm= does), memory= its memory; what recon assumed (the SM count unless
+    sms= is given) is said."""
+    key, how = board_for(spec)
+    board = gpu(key)
+    assert (board.major, board.minor) == capability
+    assert abs(board.memory_bytes / 2**30 - gib) < 0.01
+    assert "not in recon's table" in how
+    assert ("SMs as given" in how) == ("sms=" in spec)
+
+
+@pytest.mark.parametrize(("spec", "names"), [
+    ("NVIDIA GeForce RTX 5060 Ti", "its memory is not known here"),
+    ("Some Board,memory=8GiB", "its compute capability is not known here"),
+    ("NVIDIA GeForce RTX 5060 Ti,memory=lots", "is not a size"),
+    ("NVIDIA GeForce RTX 5060 Ti,memory=16GiB,clock=2GHz", "'clock' is not a property"),
+])
+def test_a_board_that_cannot_be_described_names_what_is_missing(spec: str, names: str) -> None:
+    with pytest.raises(UnknownGPU, match=names):
+        board_for(spec)
+
+
+def test_the_release_decides_on_a_described_board(vllm_026: Snapshot) -> None:
+    """An RTX 5060 Ti (16 GiB, not in the table) described by name and memory: the release's
+    own defaults follow its memory. vLLM 0.26.0 gives `vllm serve` 1,024 sequences and 8,192
+    batched tokens on a board of 70 GiB or more and 256 / 2,048 below (its
+    `EngineArgs._set_default_max_num_seqs_and_batched_tokens`, read by hand; the real H100
+    log tests/data/logs/real-h100/D8_serve.log prints 8,192 there)."""
+    cfg = _json(EXAMPLES / "llama-3.1-8b-instruct.json")
+    answer = engine_config(vllm_026, "vllm serve m --max-model-len 4096", cfg,
+                           gpu=board_for("NVIDIA GeForce RTX 5060 Ti,memory=16GiB")[0])
+    small = answer.facts
+    assert (small["max_num_seqs"], small["max_num_batched_tokens"]) == (256, 2048)
+    assert (answer.as_json()["gpu"]["major"], answer.as_json()["gpu"]["minor"]) == (12, 0)
+    large = engine_config(vllm_026, "vllm serve m --max-model-len 4096", cfg, gpu="h100").facts
+    assert large["max_num_batched_tokens"] == 8192

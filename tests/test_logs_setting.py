@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from recon.engine.gpus import GPUS
+from recon.engine.gpus import GPUS, board_for, gpu
 from recon.logs import parse_text, read_log
-from recon.logs.setting import boards_by_memory, settings_from_log
+from recon.logs.setting import boards_by_memory, settings_from_log, with_logged_memory
 
 REAL = Path(__file__).parent / "data" / "logs" / "real"
 
@@ -77,10 +77,36 @@ def test_the_first_words_of_one_boards_name_name_it() -> None:
     taken, notes = _taken(MOE_LINE.format(name="NVIDIA_RTX_PRO_6000")
                           + MEMORY_LINE.format(free="94.1", total="94.97"))
     assert taken["gpu"] == "rtx-pro-6000" and notes == []
-    # words several boards start with name none of them (three H100s in the table)
+    # words several boards start with choose none of them (three H100s in the table): the
+    # board is described from the log instead, its family (Hopper, sm90) and printed total
     taken, notes = _taken(MOE_LINE.format(name="NVIDIA_H100")
                           + MEMORY_LINE.format(free="78.7", total="79.19"))
-    assert "gpu" not in taken and any("NVIDIA_H100" in n for n in notes)
+    assert taken["gpu"] == "NVIDIA H100,memory=79.19GiB" and notes == []
+    board = gpu(board_for(taken["gpu"])[0])
+    assert (board.major, board.minor, board.torch_total_bytes) == (9, 0, int(79.19 * 2**30))
+
+
+def test_a_consumer_board_the_table_lacks_is_described_from_the_log() -> None:
+    """A held-out class: an RTX 5060 Ti run (not in the table). The log names the device and
+    prints its total; the RTX 50 family is compute capability 12.0 (NVIDIA's CUDA GPU list),
+    so the board is the log's name, 12.0 and the log's 15.48 GiB, and the choice is said."""
+    taken, notes = _taken(MOE_LINE.format(name="NVIDIA_GeForce_RTX_5060_Ti")
+                          + MEMORY_LINE.format(free="15.1", total="15.48"))
+    key, how = board_for(taken["gpu"])
+    board = gpu(key)
+    assert (board.name, board.major, board.minor) == ("NVIDIA GeForce RTX 5060 Ti", 12, 0)
+    assert board.memory_bytes == int(15.48 * 2**30) and notes == []
+    assert "GeForce RTX 50" in how and "SMs assumed" in how
+
+
+def test_a_users_board_name_takes_its_memory_from_the_log() -> None:
+    """--set gpu='NVIDIA GeForce RTX 4070 Laptop GPU' alone lacks the memory; the log's total
+    completes it (and says from which line); without a log figure the name stays as given."""
+    log = parse_text(MEMORY_LINE.format(free="7.6", total="7.63"), engine="vllm")
+    spec, said = with_logged_memory("NVIDIA GeForce RTX 4070 Laptop GPU", log)
+    assert spec == "NVIDIA GeForce RTX 4070 Laptop GPU,memory=7.63GiB" and said
+    assert (gpu(board_for(spec)[0]).major, gpu(board_for(spec)[0]).minor) == (8, 9)
+    assert with_logged_memory("h100", log) == ("h100", None)
 
 
 @pytest.mark.parametrize("line", [

@@ -50,7 +50,7 @@ def engine_config_cmd(
     snapshot: str = typer.Argument(..., help="Snapshot name or folder, or a SOURCE (pip:vllm==0.33.0)."),
     flags: str = typer.Option(..., "--flags", help="The command line as typed: 'vllm serve MODEL ...'."),
     config: Path = typer.Option(..., "--config", help="The model's config.json (or its folder; the processor files beside it are read too), or example:NAME for one shipped with recon."),
-    gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ..., a device name, or sm86); default h100."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Declared GPU (h100, h200, a100-80, l40s, ..., a device name, sm86, or one the table lacks: 'NAME,memory=16GiB[,sm=12.0][,sms=N]'); default h100."),
     llm: bool = typer.Option(False, "--llm", help="Usage context LLM(...) instead of vllm serve."),
     engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),

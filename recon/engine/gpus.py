@@ -17,6 +17,7 @@ The first board of each compute capability is the one ``--set gpu=smXY`` picks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import ReconError
@@ -118,6 +119,9 @@ GPUS = {k: replace(g, sms=SMS.get(k, 0),
                    torch_total_bytes=int(TORCH_TOTAL_GIB.get(k, 0) * 2**30))
         for k, g in GPUS.items()}
 
+#: the table's own boards (a board described by the user or a log joins GPUS, not this)
+TABLE_KEYS = tuple(GPUS)
+
 DEFAULT_GPU = "h100"
 
 #: the declared server's CPU memory. Releases up to 0.16 refuse a command whose swap space
@@ -133,12 +137,16 @@ class UnknownGPU(ReconError):
     exit_code = 2
 
 
+class AmbiguousGPU(UnknownGPU):
+    """A spelling that more than one board of the table fits (the error names them)."""
+
+
 def gpu(key: str) -> GPU:
     """The table entry for ``key``: a key, an alias (``a100`` means ``a100-80``) or a board's
     device name, in any case (a spelling that needs reading goes through :func:`board_for`)."""
     k = _named(key)
     if k is None:
-        raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(GPUS)}")
+        raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(TABLE_KEYS)}")
     return GPUS[k]
 
 
@@ -148,27 +156,40 @@ def board_for(spec: str | None) -> tuple[str | None, str]:
     A board name is itself; a compute capability (``sm86``, ``sm_90``, ``8.6``) is
     the first board of the table with it, and the choice is said: the memory of
     the board (the release's batch defaults read it) is recon's assumption then.
+    A board the table lacks is described instead (:func:`described`): its name, whose
+    family tells the compute capability, and ``memory=``; or the properties alone.
     """
     if spec is None:
         return None, ""
+    if "," in str(spec) or "=" in str(spec):
+        board, how = described(str(spec))
+        return board.key, how
     text = str(spec).strip().lower()
     digits = text.removeprefix("sm").lstrip("_").replace(".", "")
     if text.startswith("sm") or (digits.isdigit() and "." in text):
         if not digits.isdigit() or len(digits) < 2:
-            raise UnknownGPU(f"--set gpu: {spec!r} is neither a board ({', '.join(GPUS)}) nor a "
+            raise UnknownGPU(f"--set gpu: {spec!r} is neither a board ({', '.join(TABLE_KEYS)}) nor a "
                              "compute capability such as sm86")
         major, minor = int(digits[:-1]), int(digits[-1])
-        for board in GPUS.values():
+        for board in _table():
             if (board.major, board.minor) == (major, minor):
                 return board.key, (f"GPU {spec}: {board.name} ({board.memory_bytes / 2**30:.1f} "
                                    f"GiB), the first board of that compute capability; name "
                                    f"the board (--set gpu=KEY) if its memory differs")
         raise UnknownGPU(f"--set gpu: no board of compute capability {major}.{minor} in the "
-                         f"table; known: {', '.join(f'{g.key} (sm{g.major}{g.minor})' for g in GPUS.values())}")
+                         f"table; known: {', '.join(f'{g.key} (sm{g.major}{g.minor})' for g in _table())}")
     key = _named(text)
     if key is not None:
         return key, ""
-    board = _read_as(text)
+    try:
+        board = _read_as(text)
+    except AmbiguousGPU:
+        raise
+    except UnknownGPU:
+        if family_of(text) is None:
+            raise
+        board, how = described(str(spec))  # or names the property it lacks (its memory)
+        return board.key, how
     return board.key, (f"GPU {spec!r} read as {board.key}: {board.name} "
                        f"({board.memory_bytes / 2**30:.1f} GiB); name the board (--set gpu=KEY) "
                        "if it is another")
@@ -195,10 +216,146 @@ def _named(text: str) -> str | None:
     k = ALIASES.get(k, k)
     if k in GPUS:
         return k
-    for board in GPUS.values():
+    for board in _table():
         if board.name.lower() == text.strip().lower():
             return board.key
     return None
+
+
+def _table() -> list[GPU]:
+    """The table's own boards (a described board is found by its key only, never by name)."""
+    return [GPUS[k] for k in TABLE_KEYS]
+
+
+@dataclass(frozen=True)
+class Family:
+    """An architecture family, as a board's name tells it (the vendors' architecture tables)."""
+
+    pattern: str  # over the compact name (:func:`_compact`, "laptop gpu" dropped)
+    label: str
+    major: int
+    minor: int
+    platform: str = "cuda"
+    arch: str = ""
+
+
+#: the first pattern that matches decides; a name none matches is the user's to describe
+FAMILIES = (
+    Family(r"rtxpro\d+blackwell", "RTX PRO Blackwell", 12, 0),
+    Family(r"^rtx50\d\d", "GeForce RTX 50 (Blackwell)", 12, 0),
+    Family(r"^rtx40\d\d", "GeForce RTX 40 (Ada Lovelace)", 8, 9),
+    Family(r"^rtx\d+ada", "RTX Ada Generation", 8, 9),
+    Family(r"^rtx30\d\d", "GeForce RTX 30 (Ampere)", 8, 6),
+    Family(r"^rtxa\d+", "RTX A series (Ampere)", 8, 6),
+    Family(r"^(rtx20\d\d|gtx16\d\d|titanrtx|quadrortx|t4$)", "Turing", 7, 5),
+    Family(r"^v100", "Volta", 7, 0),
+    Family(r"^l(4|40)", "Ada Lovelace data center", 8, 9),
+    Family(r"^a(2|10|16|40)g?$", "Ampere GA10x data center", 8, 6),
+    Family(r"^a(30|100|800)", "Ampere GA100", 8, 0),
+    Family(r"^(gh|h)(100|200|800|20)", "Hopper", 9, 0),
+    Family(r"^g?b300", "Blackwell Ultra", 10, 3),
+    Family(r"^g?b(100|200)", "Blackwell", 10, 0),
+    Family(r"^mi3(00|25)", "CDNA 3", 9, 4, "rocm", "gfx942:sramecc+:xnack-"),
+    Family(r"^mi35", "CDNA 4", 9, 5, "rocm", "gfx950:sramecc+:xnack-"),
+    Family(r"^mi2(10|50)", "CDNA 2", 9, 0, "rocm", "gfx90a:sramecc+:xnack-"),
+)
+UNITS = {"gib": 2**30, "gb": 10**9, "mib": 2**20, "mb": 10**6, "": 2**30}
+
+
+def lacks_memory(spec: str) -> bool:
+    """Whether ``spec`` names a board the table lacks whose family is known, without its
+    memory (a log that prints the device's total can complete it)."""
+    text = spec.strip()
+    if "memory=" in text.lower() or _named(text.lower()) is not None or _spelled(text):
+        return False
+    return family_of(text.partition(",")[0]) is not None or "sm=" in text.lower()
+
+
+def family_of(name: str) -> Family | None:
+    """The architecture family a board's name tells, or None."""
+    compact = _compact(name.lower().replace("laptop gpu", "").replace("laptop", ""))
+    return next((f for f in FAMILIES if re.search(f.pattern, compact)), None)
+
+
+def described(spec: str) -> tuple[GPU, str]:
+    """A board the table lacks, from what the user or the log says of it, and the line that
+    says what recon took and assumed: ``NAME,memory=16GiB[,sm=12.0][,sms=36]`` (the name's
+    family gives the compute capability where ``sm`` is not given) or the properties alone.
+    A property the answer needs and nothing gives (the memory) is refused, naming it."""
+    name, props = _properties(spec)
+    family = family_of(name) if name else None
+    sm = props.get("sm")
+    if sm is not None:
+        (major, minor), source = _capability(sm), f"sm={sm}"
+    elif family is not None:
+        major, minor, source = family.major, family.minor, f"its family ({family.label})"
+    else:
+        raise UnknownGPU(f"GPU {spec!r}: its compute capability is not known here; give it "
+                         f"(--set gpu='{name or 'NAME'},sm=12.0,memory=16GiB'), or a board "
+                         f"recon knows ({', '.join(TABLE_KEYS)})")
+    if "memory" not in props:
+        raise UnknownGPU(f"GPU {spec!r} (compute capability {major}.{minor} from {source}): "
+                         f"its memory is not known here; give it (--set gpu='"
+                         f"{name or f'sm={major}.{minor}'},memory=16GiB'): the release sizes "
+                         "its memory share and some defaults by it")
+    nbytes = _bytes(props["memory"])
+    similar = next((b for b in _table() if (b.major, b.minor) == (major, minor)), None)
+    sms = int(props["sms"]) if props.get("sms", "").isdigit() else (similar.sms if similar else 64)
+    board = GPU(key=f"described-{_compact(name) or f'sm{major}{minor}'}-{nbytes >> 20}m",
+                name=name or f"sm{major}{minor} board", major=major, minor=minor,
+                memory_bytes=nbytes, platform=family.platform if family else "cuda",
+                arch=family.arch if family else "", sms=sms, torch_total_bytes=nbytes)
+    sms_said = (f"{sms} SMs as given" if props.get("sms", "").isdigit() else
+                f"{sms} SMs assumed (" + (f"the {similar.name}'s" if similar else
+                                          "no board of that capability in the table")
+                + "; give sms=N)")
+    how = (f"GPU {board.name}: not in recon's table; compute capability {major}.{minor} from "
+           f"{source}, memory {nbytes / 2**30:.2f} GiB as given (taken as torch's total too), "
+           f"{sms_said}")
+    GPUS[board.key] = board
+    return board, how
+
+
+def _properties(spec: str) -> tuple[str, dict[str, str]]:
+    name, props = "", {}
+    if len(spec) > 200:
+        raise UnknownGPU(f"GPU {spec[:60]!r}...: longer than any board's description")
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        key, eq, value = part.partition("=")
+        if not eq:
+            if name:
+                raise UnknownGPU(f"GPU {spec!r}: one name, then KEY=VALUE properties")
+            name = part
+            continue
+        if key.strip().lower() not in ("memory", "sm", "sms"):
+            raise UnknownGPU(f"GPU {spec!r}: {key.strip()!r} is not a property recon takes "
+                             "(memory, sm, sms)")
+        props[key.strip().lower()] = value.strip()
+    return name, props
+
+
+def _capability(text: str) -> tuple[int, int]:
+    digits = text.strip().lower().removeprefix("sm").lstrip("_")
+    if "." in digits:
+        major, _, minor = digits.partition(".")
+    else:
+        major, minor = digits[:-1], digits[-1:]
+    if not (major.isdigit() and minor.isdigit()):
+        raise UnknownGPU(f"sm={text!r} is not a compute capability (12.0, sm120)")
+    return int(major), int(minor)
+
+
+def _bytes(text: str) -> int:
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text.lower())
+    if not found or found.group(2) not in UNITS or float(found.group(1)) <= 0:
+        raise UnknownGPU(f"memory={text!r} is not a size (16GiB, 16384MiB, 17.2GB)")
+    return int(float(found.group(1)) * UNITS[found.group(2)])
+
+
+def _spelled(text: str) -> bool:
+    """Whether ``text`` spells a table board's key or name (``rtx 4090``, ``a6000``)."""
+    want = _compact(text)
+    return any(want in (_compact(b.key), _compact(b.name)) for b in _table())
 
 
 def _read_as(text: str) -> GPU:
@@ -206,15 +363,15 @@ def _read_as(text: str) -> GPU:
     ``GeForce RTX 4090``, ``a6000``); more than one, or none, is the user's to name."""
     want = _compact(text)
     if not want:
-        raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(GPUS)}")
-    spelled = [b for b in GPUS.values() if want in (_compact(b.key), _compact(b.name))]
+        raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(TABLE_KEYS)}")
+    spelled = [b for b in _table() if want in (_compact(b.key), _compact(b.name))]
     if len(spelled) == 1:
         return spelled[0]
-    near = spelled or [b for b in GPUS.values()
+    near = spelled or [b for b in _table()
                        if _compact(b.key).endswith(want) or _compact(b.key).startswith(want)]
     if len(near) == 1:
         return near[0]
     if near:
-        raise UnknownGPU(f"GPU {text!r} could be {', '.join(b.key for b in near)}: name one "
+        raise AmbiguousGPU(f"GPU {text!r} could be {', '.join(b.key for b in near)}: name one "
                          "(--set gpu=KEY)")
-    raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(GPUS)}")
+    raise UnknownGPU(f"unknown GPU {text!r}; known: {', '.join(TABLE_KEYS)}")

@@ -23,7 +23,7 @@ from .parse import parse_text, read_log
 from .patterns import PATTERNS, match_line
 from .quantities import QUANTITIES
 from .report import render_console, render_markdown
-from .setting import settings_from_log
+from .setting import settings_from_log, with_logged_memory
 from .traps import find_traps
 
 
@@ -91,6 +91,10 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         report.notes.append("no --config: recipes that need the model's config.json say so")
     settings, unsettled = settings_from_log(log)
     report.notes += unsettled
+    if options and "gpu" in options:
+        gpu, said = with_logged_memory(options["gpu"], log)
+        options = {**options, "gpu": gpu}
+        report.notes += [said] if said else []
     planned = memory_plan and snap.package == "vllm"
     fl.memory_planned = planned
     note = memory_note(memory_plan, snap.package)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.gpus import GPUS
+from ..engine.gpus import GPUS, TABLE_KEYS, family_of, lacks_memory
 from .models import ServerLog
 
 #: how far a printed total may sit from a board's memory: the driver keeps some of it
@@ -72,16 +72,17 @@ def board_by_name(name: str) -> str | None:
     share (``NVIDIA H100``) names none.
     """
     want = name.replace("_", " ").strip().lower()
-    for board in GPUS.values():
+    table = [GPUS[k] for k in TABLE_KEYS]
+    for board in table:
         if board.name.lower() == want:
             return board.key
-    starts = [b.key for b in GPUS.values() if b.name.lower().startswith(want + " ")]
+    starts = [b.key for b in table if b.name.lower().startswith(want + " ")]
     return starts[0] if len(starts) == 1 else None
 
 
 def boards_by_memory(total_gib: float) -> list[str]:
     """Boards whose memory the printed total can be (within :data:`MEMORY_TOLERANCE`)."""
-    return [b.key for b in GPUS.values()
+    return [b.key for b in (GPUS[k] for k in TABLE_KEYS)
             if b.memory_query and abs(b.memory_bytes / 2**30 - total_gib)
             <= MEMORY_TOLERANCE * b.memory_bytes / 2**30]
 
@@ -92,8 +93,12 @@ def _board(log: ServerLog, notes: list[str]) -> FromLog | None:
         key = board_by_name(str(named.value))
         if key is not None:
             return FromLog("gpu", key, named.line, f"the release named the device {named.value}")
+        described = _described(str(named.value), log)
+        if described is not None:
+            return described
         notes.append(f"the log names the device {named.value} (line {named.line}), which is not "
-                     f"a board recon knows ({', '.join(GPUS)}); pass --set gpu=KEY")
+                     f"a board recon knows ({', '.join(TABLE_KEYS)}) nor one whose family its "
+                     "name tells with its memory printed: pass --set gpu='NAME,sm=X.Y,memory=NGiB'")
     total = log.observed.get("gpu_total_gib")
     if total is None:
         return None
@@ -108,6 +113,28 @@ def _board(log: ServerLog, notes: list[str]) -> FromLog | None:
         notes.append(f"no board recon knows has {total.value} GiB (line {total.line}); pass "
                      f"--set gpu=KEY or a compute capability (--set gpu=sm90)")
     return None
+
+
+def _described(name: str, log: ServerLog) -> FromLog | None:
+    """A board the table lacks, described from the log alone: the name it printed (its family
+    gives the compute capability) and the total memory it printed, or None."""
+    total = log.observed.get("gpu_total_gib")
+    clean = " ".join(name.replace("_", " ").replace(",", " ").replace("=", " ").split())[:100]
+    if total is None or family_of(clean) is None:
+        return None
+    return FromLog("gpu", f"{clean},memory={float(total.value)}GiB", total.line,
+                   f"the release named the device {clean}, not in recon's table: its family "
+                   f"gives the compute capability, its total memory ({total.value} GiB) this line")
+
+
+def with_logged_memory(spec: Any, log: ServerLog) -> tuple[Any, str | None]:
+    """A user's ``--set gpu`` naming a board the table lacks, completed with the total memory
+    the log printed, and the note that says so (the value unchanged and None otherwise)."""
+    total = log.observed.get("gpu_total_gib")
+    if not isinstance(spec, str) or total is None or not lacks_memory(spec):
+        return spec, None
+    return (f"{spec},memory={float(total.value)}GiB",
+            f"--set gpu={spec}: its memory from the log, {total.value} GiB (line {total.line})")
 
 
 def _usage(log: ServerLog) -> FromLog | None:
