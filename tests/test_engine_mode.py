@@ -768,6 +768,11 @@ def test_a_board_the_table_lacks_is_described(spec: str, capability: tuple[int, 
     assert abs(board.memory_bytes / 2**30 - gib) < 0.01
     assert "not in recon's table" in how
     assert ("SMs as given" in how) == ("sms=" in spec)
+    # the table stays the table: a described board is found by its key only
+    assert key not in GPUS and gpu(key) is board
+    if "," in spec and "=" not in spec.split(",")[0]:
+        with pytest.raises(UnknownGPU):
+            gpu(spec.split(",")[0])
 
 
 @pytest.mark.parametrize(("spec", "names"), [

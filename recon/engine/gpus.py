@@ -119,8 +119,11 @@ GPUS = {k: replace(g, sms=SMS.get(k, 0),
                    torch_total_bytes=int(TORCH_TOTAL_GIB.get(k, 0) * 2**30))
         for k, g in GPUS.items()}
 
-#: the table's own boards (a board described by the user or a log joins GPUS, not this)
+#: the table's own boards
 TABLE_KEYS = tuple(GPUS)
+#: boards the table lacks, as described by the user or a log (:func:`described`), by key:
+#: found by :func:`gpu` from their key only, never by name, and never part of the table
+DESCRIBED: dict[str, GPU] = {}
 
 DEFAULT_GPU = "h100"
 
@@ -144,6 +147,8 @@ class AmbiguousGPU(UnknownGPU):
 def gpu(key: str) -> GPU:
     """The table entry for ``key``: a key, an alias (``a100`` means ``a100-80``) or a board's
     device name, in any case (a spelling that needs reading goes through :func:`board_for`)."""
+    if key in DESCRIBED:
+        return DESCRIBED[key]
     k = _named(key)
     if k is None:
         raise UnknownGPU(f"unknown GPU {key!r}; known: {', '.join(TABLE_KEYS)}")
@@ -224,7 +229,7 @@ def _named(text: str) -> str | None:
 
 def _table() -> list[GPU]:
     """The table's own boards (a described board is found by its key only, never by name)."""
-    return [GPUS[k] for k in TABLE_KEYS]
+    return list(GPUS.values())
 
 
 @dataclass(frozen=True)
@@ -312,7 +317,7 @@ def described(spec: str) -> tuple[GPU, str]:
     how = (f"GPU {board.name}: not in recon's table; compute capability {major}.{minor} from "
            f"{source}, memory {nbytes / 2**30:.2f} GiB as given (taken as torch's total too), "
            f"{sms_said}")
-    GPUS[board.key] = board
+    DESCRIBED[board.key] = board
     return board, how
 
 

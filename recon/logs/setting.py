@@ -72,17 +72,16 @@ def board_by_name(name: str) -> str | None:
     share (``NVIDIA H100``) names none.
     """
     want = name.replace("_", " ").strip().lower()
-    table = [GPUS[k] for k in TABLE_KEYS]
-    for board in table:
+    for board in GPUS.values():
         if board.name.lower() == want:
             return board.key
-    starts = [b.key for b in table if b.name.lower().startswith(want + " ")]
+    starts = [b.key for b in GPUS.values() if b.name.lower().startswith(want + " ")]
     return starts[0] if len(starts) == 1 else None
 
 
 def boards_by_memory(total_gib: float) -> list[str]:
     """Boards whose memory the printed total can be (within :data:`MEMORY_TOLERANCE`)."""
-    return [b.key for b in (GPUS[k] for k in TABLE_KEYS)
+    return [b.key for b in GPUS.values()
             if b.memory_query and abs(b.memory_bytes / 2**30 - total_gib)
             <= MEMORY_TOLERANCE * b.memory_bytes / 2**30]
 
