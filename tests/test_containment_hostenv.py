@@ -26,6 +26,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
+from importlib.metadata import version as metadata_version
 from pathlib import Path
 
 import pytest
@@ -218,10 +219,12 @@ def test_a_name_no_process_can_take_is_one_line() -> None:
 
 # -- item 3: building a release's environment ---------------------------------------------
 
-def _wheel(folder: Path, name: str, files: dict[str, str]) -> Path:
+def _wheel(folder: Path, name: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> Path:
     """A real wheel (hashed RECORD), as any index would serve it."""
     info = f"{name}-1.0.dist-info"
-    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + \
+        "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {**files, f"{info}/METADATA": meta,
              f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
                               "Tag: py3-none-any\n"}
 
@@ -271,3 +274,55 @@ def test_building_an_environment_never_runs_its_packages_on_the_host(
     # and runs the .pth, which proves the payload would have fired
     subprocess.run([str(built.python), "-c", "import evilpkg"], check=True)
     assert marker.exists()
+
+
+#: run in recon's interpreter of a virtual environment: build a release environment there
+_BUILD_FROM_VENV = """import json, sys
+from pathlib import Path
+from packaging.requirements import Requirement
+from recon.engine import env
+from recon.engine.asof import AsOf, IndexTimes
+home = Path(sys.argv[1])
+asof = AsOf(IndexTimes(home / "envs" / "index-times"), None, "test")
+built = env._build(home / "envs" / "release", [Requirement("needsext")],
+                   home / "envs" / "wheelhouse", asof)
+print(json.dumps({"python": str(built.python), "key": env.env_key("x", "1", [])}))
+"""
+#: run in the built environment's interpreter: what it imports, and from where
+_IMPORTS = """import importlib.metadata as m, importlib.util as u, json, torch, typing_extensions
+print(json.dumps({"typing_extensions": [m.version("typing_extensions"), typing_extensions.__file__],
+                  "torch": torch.__version__, "pytest": u.find_spec("pytest") is not None}))
+"""
+
+
+def test_a_release_environment_sees_its_own_packages_and_only_the_torch(home: Path) -> None:
+    """Issue 38, class 2: recon run from a virtual environment whose ``typing_extensions``
+    differs from its base Python's. The release (here a wheel pinning the virtual
+    environment's version) gets an environment that installs what it asks for and imports
+    that, not the base's; of recon's interpreter it sees torch and nothing else (pytest is
+    installed beside recon, the release does not ask for it)."""
+    import torch
+    base = metadata_version("typing_extensions")
+    pinned = "4.12.2" if base != "4.12.2" else "4.13.2"
+    venv = home / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    f"typing_extensions=={pinned}"], check=True, capture_output=True)
+    house = home / "envs" / "wheelhouse"
+    house.mkdir(parents=True)
+    _wheel(house, "needsext", {"needsext/__init__.py": "import typing_extensions\n"},
+           requires=(f"typing-extensions=={pinned}",))
+    done = subprocess.run([str(python), "-c", _BUILD_FROM_VENV, str(home)], check=True,
+                          capture_output=True, text=True)
+    built = json.loads(done.stdout.splitlines()[-1])
+    assert built["key"] != env_mod.env_key("x", "1", []), "one folder for two interpreters"
+    # the environment's interpreter, run here by the test (recon never starts it on the host)
+    seen = json.loads(subprocess.run([built["python"], "-I", "-c", _IMPORTS], check=True,
+                                     capture_output=True, text=True).stdout)
+    version, origin = seen["typing_extensions"]
+    assert version == pinned, f"the environment imports typing_extensions {version} ({origin})"
+    assert origin.startswith(str(home / "envs" / "release"))
+    assert seen["torch"] == torch.__version__
+    assert seen["pytest"] is False, "recon's interpreter's packages leak into the environment"

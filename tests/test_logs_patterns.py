@@ -295,6 +295,17 @@ def test_pyrepr_is_lenient() -> None:
         {"m": "CUDAGraphMode.FULL", "x": "torch.bfloat16"}
     assert parse_value('{"level":3,"ok":true,"n":null}') == {"level": 3, "ok": True, "n": None}
     assert parse_value("not { valid") == "not { valid"
+
+
+def test_object_reprs_are_read_as_their_text_and_strings_stay_strings() -> None:
+    """Issue 38, class 7: one repr no literal reader takes (a function, in older releases'
+    namespace) no longer makes the whole argument dict unreadable; ``<`` inside a quoted
+    string is left alone, and an enum's quoted value does not end a string."""
+    line = ("{'dispatch_function': <function ServeSubcommand.cmd at 0x7f3a2c>, "
+            "'s': 'a<b>', 'q': \"it's\", 'd': {'type': <DynamicShapesType.BACKED: 'backed'>}}")
+    assert parse_value(line) == {
+        "dispatch_function": "<function ServeSubcommand.cmd at 0x7f3a2c>", "s": "a<b>",
+        "q": "it's", "d": {"type": "DynamicShapesType.BACKED"}}
     kv = split_kv("a=/path/with, b=1, c={\"j\": [1, 2]}, d='s, t', e=SpeculativeConfig(k=3)")
     assert kv == {"a": "/path/with", "b": 1, "c": {"j": [1, 2]}, "d": "s, t", "e": {"k": 3}}
     assert parse_call("ServerArgs(model_path='m', tp_size=2)") == \

@@ -10,6 +10,7 @@ assumption is changed with ``--set``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,11 @@ CONFIG = EXAMPLES_DIR / "qwen3-next-80b-a3b-instruct.json"
 V0102 = DATA / "vllm-0.10.2-qwen3-next-tp2.log"
 V033 = DATA / "vllm-0.33.0-prediction-mismatch.log"
 ALL_LINKS = list(compare.LINKS)
+
+
+@pytest.fixture(scope="module")
+def vllm_026_logs(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot("vllm==0.26.0")
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +214,42 @@ def test_public_031_default_share_and_kv_pool(pip_snapshot: Callable[..., Snapsh
                           "--gpu-memory-utilization 0.9", options={"gpu": "a100-80"})
     assert by_quantity(other)["gpu_util_current"].status == "mismatch"
     assert other.mismatches
+
+
+DUMP = DATA / "vllm-0.26.0-args-compilation-dump.log"
+
+
+def test_an_argument_line_with_a_dumped_sub_config_is_given_back_to_the_release(
+        vllm_026_logs: Snapshot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38, class 7: the line vLLM 0.26.0 itself printed for ``vllm serve m
+    --gpu-memory-utilization 0.5 --max-num-seqs 32 --compilation-config
+    '{"cudagraph_capture_sizes":[1,2,4,8],"mode":3}'`` (the whole CompilationConfig dumped,
+    enum reprs and all) is read as those flags, and the release takes them back: its capture
+    sizes are the four typed."""
+    from recon.engine.config import engine_config
+    from recon.logs.argline import args_to_argv
+    from recon.logs.parse import read_log
+
+    only(monkeypatch, "vllm-capture-sizes")
+    llama = ROOT / "tests" / "data" / "logs" / "real-h100" / "configs" / "llama8b.json"
+    report = analyze(DUMP, snapshot=vllm_026_logs, config=llama)
+    assert report.flags_from == "the log's argument line (line 2)"
+    assert report.flags["max_num_seqs"] == 32 and report.flags["gpu_memory_utilization"] == 0.5
+    argv = args_to_argv(read_log(DUMP).args, "vllm")
+    facts = engine_config(vllm_026_logs, argv, json.loads(llama.read_text()), gpu="h100",
+                          kv_memory_gib=40.0, logged_args=True).as_json()
+    assert facts["cudagraph_capture_sizes"] == [1, 2, 4, 8]
+    assert facts["max_num_seqs"] == 32
+
+
+def test_an_argument_line_recon_cannot_read_is_named_as_the_cause(
+        vllm_026_logs: Snapshot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A line that is no value recon can read is never taken as \"no flags\" silently."""
+    only(monkeypatch, "vllm-capture-sizes")
+    log = tmp_path / "cut.log"
+    head = DUMP.read_text().splitlines()[0]
+    log.write_text(head + "\nINFO 12-07 17:58:35 [api_utils.py:273] non-default args: "
+                   "{'model_tag': 'm', 'max_num_seqs': 32, 'x': [1, 2}\n")
+    report = analyze(log, snapshot=vllm_026_logs)
+    assert report.flags_from == "none: the log's argument line (line 2) could not be read"
+    assert any("not a value recon can read" in n for n in report.notes)

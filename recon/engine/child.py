@@ -1614,6 +1614,7 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
                                "KV cache in place)")
     out["memory"] = plan
     out["phases"]["memory"] = round(time.monotonic() - lap, 2)
+    out["phases"].update({f"memory_{k}": v for k, v in plan.pop("seconds", {}).items()})
     if not prompt:
         kv_phase(config, plan["available_kv_bytes"], out, report=True)
 

@@ -3,9 +3,13 @@
 Engine mode imports the snapshot's package for real, so the package's own
 dependencies must be importable (transformers at the version the release pins,
 pydantic, msgspec, ...). They come from the wheel's ``Requires-Dist`` (the
-release's word, not recon's), into a virtual environment created with
-``--system-site-packages`` so that the **installed CPU torch** is the one
-imported: a CUDA torch is never installed.
+release's word, not recon's), into a virtual environment of its own. It sees its own
+packages and, of recon's interpreter, only the **installed CPU torch** (its folders linked
+into the environment: :func:`_reuse_torch`), whose own requirements (sympy,
+typing_extensions, ...) are installed beside the release's like any other: a CUDA torch is
+never installed, and nothing else of the interpreter running recon (a virtual
+environment's packages, or its base Python's) is seen, so what is installed is decided
+from exactly what the environment will import.
 
 What is left out, and why (listed in ``env.json`` and in every result):
 
@@ -47,7 +51,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import zipfile
@@ -103,7 +106,7 @@ GPU_ONLY_MODULES: dict[str, tuple[str, ...]] = {
 TORCH_COMPANIONS = ("triton",)
 _ROUNDS = 6
 #: bumped when the way an environment is built changes (old ones are then rebuilt)
-ENV_FORMAT = "7"
+ENV_FORMAT = "8"
 #: torch-family packages the release's dependencies import for some models (transformers'
 #: image processors import torchvision for vision-language configs): installed at the
 #: version pip resolves *for the installed torch*, without dependencies, and listed
@@ -187,9 +190,12 @@ def _plain(req: Requirement) -> str:
 
 
 def env_key(package: str, version: str, reqs: list[Requirement], as_of: str = "newest") -> str:
-    """One folder per release, requirement list, interpreter, torch and resolution date."""
+    """One folder per release, requirement list, interpreter (which one, not only its
+    version: two virtual environments of one Python hold different torches), torch and
+    resolution date."""
     torch_version = _dist_version("torch") or "none"
     text = "\n".join(sorted(str(r) for r in reqs)) + sys.version + torch_version + ENV_FORMAT
+    text += os.path.realpath(sys.executable) + sys.prefix
     text += as_of
     return f"{package}-{version}-py{sys.version_info[0]}{sys.version_info[1]}-" + \
         hashlib.sha256(text.encode()).hexdigest()[:10]
@@ -371,8 +377,11 @@ def _installed(paths: list[str]) -> dict[str, metadata.Distribution]:
 
 
 def _missing(paths: list[str], wanted: list[Requirement], skipped: dict[str, str],
-             asof: AsOf | None = None) -> list[Requirement]:
+             asof: AsOf | None = None, reused: set[str] | None = None) -> list[Requirement]:
     """Requirements (top level and of what is installed, extras followed) not installed.
+
+    A ``reused`` distribution (linked with the installed torch) is never one of them: it is
+    not the environment's to replace.
 
     With ``asof``, each is pinned to the version it chooses for all its requirers' specifiers
     together, and a version installed (the system's, or a round's) other than that is missing.
@@ -386,8 +395,9 @@ def _missing(paths: list[str], wanted: list[Requirement], skipped: dict[str, str
         req = queue.pop(0)
         n = canonicalize_name(req.name)
         why = skip_reason(n)
-        if why:
-            skipped.setdefault(n, why)
+        if why or n in (reused or ()):
+            if why:
+                skipped.setdefault(n, why)
             continue
         first.setdefault(n, req)
         together[n] = together.get(n, SpecifierSet()) & req.specifier
@@ -401,15 +411,17 @@ def _missing(paths: list[str], wanted: list[Requirement], skipped: dict[str, str
     for name, req in first.items():
         pin = None if asof is None or name in _UNDATED else \
             asof.choose(name, together[name], req.specifier)
-        spec = SpecifierSet(f"=={pin}") if pin else req.specifier
+        # undated: what all its requirers ask for together, not only the first one's
+        spec = SpecifierSet(f"=={pin}") if pin else together[name]
         if name not in have or (spec and not spec.contains(have[name].version,
                                                            prereleases=True)):
             # absent, or the installed version (e.g. the system's) is not the one wanted
-            out.append(Requirement(f"{req.name}{spec}") if pin else req)
+            out.append(Requirement(f"{req.name}{spec}"))
     return out
 
 
-def _of_pins(paths: list[str], wanted: list[Requirement], asof: AsOf) -> list[Requirement]:
+def _of_pins(paths: list[str], wanted: list[Requirement], asof: AsOf,
+             reused: set[str]) -> list[Requirement]:
     """Unmet requirements of the distributions the release pins (``==``) itself.
 
     When two requirers want incompatible versions of one package (sglang 0.5.5:
@@ -427,7 +439,7 @@ def _of_pins(paths: list[str], wanted: list[Requirement], asof: AsOf) -> list[Re
             continue
         for dep in applicable(dist.requires or [], sorted(req.extras)):
             n = canonicalize_name(dep.name)
-            if skip_reason(n) or n in out:
+            if skip_reason(n) or n in out or n in reused:
                 continue
             if n in have and dep.specifier and not dep.specifier.contains(have[n].version,
                                                                           prereleases=True):
@@ -490,10 +502,11 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path, asof: AsOf) ->
     staging = root.with_name(root.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",  # noqa: S603
-                    str(staging)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(staging)],  # noqa: S603
+                   check=True, capture_output=True)
     site = _site(staging)
-    paths = [str(site), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    reused, torch_needs = _reuse_torch(site)
+    paths = [str(site)]  # what the environment will see: its own packages and the torch linked
     log = staging / "pip.log"
     inst = _Installer(staging / "bin" / "python", wheelhouse, log)
     skipped: dict[str, str] = {}
@@ -506,25 +519,29 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path, asof: AsOf) ->
             wanted.append(req)
     wanted += [Requirement(name) for name in TORCH_COMPANIONS
                if canonicalize_name(name) not in {canonicalize_name(r.name) for r in wanted}]
+    wanted = [r for r in wanted if canonicalize_name(r.name) not in reused] + torch_needs
     missing: list[Requirement] = []
     for _ in range(_ROUNDS):
-        missing = _missing(paths, wanted, skipped, asof)
+        missing = _missing(paths, wanted, skipped, asof, set(reused))
         if not missing:
             break
         inst.install([_plain(r) for r in missing])
     if missing:  # rounds ran out on a conflict: the requirements of the release's pins win
-        inst.install([_plain(r) for r in _of_pins(paths, wanted, asof)])
+        inst.install([_plain(r) for r in _of_pins(paths, wanted, asof, set(reused))])
     matched = _torch_matched(log)
     inst.install(matched)
     _compile_bytecode(site, log)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in
-                       metadata.distributions(path=[str(site)]))
+                       metadata.distributions(path=[str(site)])
+                       if canonicalize_name(d.metadata["Name"] or "") not in reused)
     record: dict[str, object] = {
         "requirements": [str(r) for r in reqs], "installed": installed,
         "torch_companions": list(TORCH_COMPANIONS), "torch_matched": matched,
         "not_installed": dict(sorted(skipped.items())),
-        "unavailable": sorted(str(r) for r in _missing(paths, wanted, {})),
-        "torch": _dist_version("torch"), "python": sys.version.split()[0],
+        "unavailable": sorted(str(r) for r in _missing(paths, wanted, {}, None, set(reused))),
+        "torch": _dist_version("torch"),
+        "reused": [f"{n}=={v}" for n, v in sorted(reused.items())],
+        "python": sys.version.split()[0],
         "installer": installer(),
         "resolved_as_of": asof.cutoff.isoformat() if asof.cutoff else None,
         "as_of_source": asof.source,
@@ -534,6 +551,52 @@ def _build(root: Path, reqs: list[Requirement], wheelhouse: Path, asof: AsOf) ->
     _relocate(staging, root)
     return ReleaseEnv(root, root / "bin" / "python", _site(root), record,
                       float(record["built_seconds"]))  # type: ignore[arg-type]
+
+
+def _reuse_torch(site: Path) -> tuple[dict[str, str], list[Requirement]]:
+    """Link the installed torch into ``site``: the one thing of recon's interpreter the
+    environment sees.
+
+    The torch distribution, and of its requirements (extras followed) those it brings as
+    binaries: the GPU runtimes the skip table names (``nvidia-*``, ``cuda-*``: a CUDA torch
+    loads them when imported) and :data:`TORCH_COMPANIONS`. Each one's top-level folders
+    and files (as its ``RECORD`` lists them; scripts outside the site folder are left out)
+    and its ``.dist-info`` are linked. Returns the distributions linked (name -> version)
+    and torch's other requirements (sympy, typing_extensions, ...), which the environment
+    installs like any other: the versions recon's interpreter holds are not its business.
+    """
+    reused: dict[str, str] = {}
+    pure: list[Requirement] = []
+    queue: list[tuple[str, list[str]]] = [("torch", [])]
+    companions = {canonicalize_name(n) for n in TORCH_COMPANIONS}
+    while queue:
+        name, extras = queue.pop(0)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if canonicalize_name(name) in reused:
+            continue
+        reused[canonicalize_name(name)] = dist.version
+        _link_tops(dist, site)
+        for req in applicable(dist.requires or [], extras):
+            n = canonicalize_name(req.name)
+            if n in companions or (skip_reason(n) or "").startswith("GPU-only"):
+                queue.append((req.name, sorted(req.extras)))
+            elif not skip_reason(n):
+                pure.append(req)
+    return reused, pure
+
+
+def _link_tops(dist: metadata.Distribution, site: Path) -> None:
+    """Link each top-level entry of ``dist``'s files into ``site`` (once: a folder two
+    distributions share, such as ``nvidia``, is linked whole by the first)."""
+    for top in sorted({Path(str(f)).parts[0] for f in dist.files or []}):
+        if top in ("..", "__pycache__") or os.path.lexists(site / top):
+            continue
+        origin = Path(os.path.realpath(str(dist.locate_file(top))))
+        if origin.exists():
+            (site / top).symlink_to(origin, target_is_directory=origin.is_dir())
 
 
 def said_of(record: dict[str, object]) -> list[str]:

@@ -35,8 +35,10 @@ import contextlib
 import gc
 import importlib
 import inspect
+import itertools
 import math
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -409,9 +411,12 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
         worker.init_snapshot = snapshot_cls(device=device)
         worker.requested_memory = request(worker.init_snapshot, config.cache_config)
         _workspaces(config, torch.device("meta"))
+        laps = [time.monotonic()]
         runner.load_model(load_dummy_weights=True)
+        laps.append(time.monotonic())
         available = int(worker.determine_available_memory())
         gc.collect()
+        laps.append(time.monotonic())
         prefill = None
         if chunking is not None:
             kv, chunks = chunking(available)
@@ -419,7 +424,10 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
                 prefill = prefill_peaks(config, runner, kv, chunks, ledger, v1)
             except Exception as err:  # noqa: BLE001 - said: the plan stands without it
                 prefill = {"error": f"{type(err).__name__}: {err}"[:800]}
-    return {"prefill": prefill, "total_bytes": total, "context_bytes": CONTEXT_BYTES, "requested_bytes": int(worker.requested_memory),
+        laps.append(time.monotonic())
+    seconds = dict(zip(("load", "profile", "prompt"),
+                       (round(b - a, 2) for a, b in itertools.pairwise(laps)), strict=True))
+    return {"prefill": prefill, "seconds": seconds, "total_bytes": total, "context_bytes": CONTEXT_BYTES, "requested_bytes": int(worker.requested_memory),
             "free_at_start_bytes": int(worker.init_snapshot.free_memory),
             "weights_bytes": int(runner.model_memory_usage),
             "activation_peak_bytes": int(getattr(worker, "peak_activation_memory", 0)),

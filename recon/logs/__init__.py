@@ -70,6 +70,13 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     if flags is not None:
         fl = parse_flags(flags)
         report.flags_from = "--flags"
+    elif "__raw__" in log.args:
+        fl = parse_flags(None)
+        report.flags_from = (f"none: the log's argument line (line {log.args_line}) could not "
+                             "be read")
+        report.notes.append(f"the argument line (line {log.args_line}) is not a value recon can "
+                            "read: recipes ran with the engine's defaults, so a mismatch may be "
+                            "a flag recon did not see (give the command line with --flags)")
     elif log.args:
         from .argline import args_to_argv
 

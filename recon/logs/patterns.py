@@ -22,7 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pyrepr import MAX_DIGITS, as_int_list, parse_call, parse_value, split_kv, too_many_digits
+from .pyrepr import (
+    MAX_DIGITS,
+    as_int_list,
+    as_typed,
+    enum_members,
+    parse_call,
+    parse_value,
+    split_kv,
+    too_many_digits,
+)
 from .quantities import QUANTITIES
 
 
@@ -108,8 +117,12 @@ def _graph_end(m: re.Match[str]) -> dict[str, Any]:
 
 
 def _args_dict(m: re.Match[str]) -> dict[str, Any]:
+    """The argument dict; an enum member in it (a sub-config dumped whole, such as
+    ``compilation_config``) as the command line takes it, so that it can be given again."""
     value = parse_value(m["args"])
-    return {"args": value if isinstance(value, dict) else {"__raw__": m["args"]}}
+    if not isinstance(value, dict):
+        return {"args": {"__raw__": m["args"]}}
+    return {"args": as_typed(value, enum_members(m["args"]))}
 
 
 def _args_call(m: re.Match[str]) -> dict[str, Any]:

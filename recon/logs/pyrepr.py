@@ -32,6 +32,10 @@ MAX_DEPTH = 64
 MAX_DIGITS = 100
 
 _ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*)(?::[^<>]*)?>")
+#: any other object repr an engine prints (``<function cmd at 0x7f..>``), read as its text
+_OTHER_REPR = re.compile(r"<[A-Za-z_][^<>'\"]*>")
+#: an enum member's repr with its value: ``<CompilationMode.VLLM_COMPILE: 3>``
+_ENUM_MEMBER = re.compile(r"<([A-Za-z_]\w*\.[A-Za-z_]\w*): ([^<>]*)>")
 _KEY_START = re.compile(r"\s*([A-Za-z_]\w*)=")
 #: what :func:`check_bounds` looks at: quotes, backslashes, brackets, over-long digit runs
 _SPECIAL = re.compile(r"[\\'\"()\[\]{}]|\d{" + str(MAX_DIGITS + 1) + ",}")
@@ -88,12 +92,61 @@ def parse_value(text: str) -> Any:
         ok, value = attempt(s)
         if ok:
             return value
-    cleaned = _ENUM_REPR.sub(lambda m: repr(m.group(1)), s)
+    cleaned = _reprs_as_text(s)
     try:
         node = ast.parse(cleaned, mode="eval").body
         return _node_value(node, cleaned)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return s
+
+
+def _reprs_as_text(text: str) -> str:
+    """``text`` with each object repr outside its quoted strings made a string literal: an enum
+    member's by its name (``'CUDAGraphMode.FULL'``), any other by its text."""
+    out: list[str] = []
+    quote, i = "", 0
+    while i < len(text):
+        c = text[i]
+        m = None if quote or c != "<" else (_ENUM_REPR.match(text, i) or _OTHER_REPR.match(text, i))
+        if m:
+            out.append(repr(m.group(1) if m.re is _ENUM_REPR else m.group(0)))
+            i = m.end()
+            continue
+        if quote and c == "\\":
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if c in "'\"" and (not quote or c == quote):
+            quote = "" if quote else c
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def enum_members(text: str) -> dict[str, Any]:
+    """The enum members ``text`` prints, by the name :func:`parse_value` reads them as
+    (``'CompilationMode.VLLM_COMPILE'``), each with its printed value (``3``; the value's
+    text where it is not a literal)."""
+    out: dict[str, Any] = {}
+    for m in _ENUM_MEMBER.finditer(text):
+        ok, value = _literal(m.group(2))
+        out[m.group(1)] = value if ok else m.group(2).strip()
+    return out
+
+
+def as_typed(value: Any, members: dict[str, Any]) -> Any:
+    """``value`` with each enum member (see :func:`enum_members`) as a command line takes it:
+    its value where that is a number or text (``3``, ``'backed'``), else its bare name
+    (``FULL_AND_PIECEWISE`` for a tuple value)."""
+    if isinstance(value, dict):
+        return {k: as_typed(v, members) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_typed(v, members) for v in value]
+    if isinstance(value, str) and value in members:
+        member = members[value]
+        scalar = isinstance(member, (int, float, str)) and not isinstance(member, bool)
+        return member if scalar else value.rsplit(".", 1)[1]
+    return value
 
 
 def _literal(s: str) -> tuple[bool, Any]:
