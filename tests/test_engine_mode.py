@@ -625,6 +625,68 @@ def test_033_mtp_dotted_and_short_forms(qwen3_next_033: Callable[[str], EngineFa
                                                        if -(-n // 4) * 4 <= 16 * 4}) == 5
 
 
+def _decode_steps_by_hand(sizes: list[int], k: int, max_num_seqs: int) -> list[list]:
+    """The field notes' rule, written out: with k speculative tokens a decode step of N
+    requests is N x (k+1) tokens; the capture sizes are rounded up to multiples of k+1 (those
+    past the largest typed size dropped); a step runs in the smallest graph that holds it, or
+    eager past the largest."""
+    q = k + 1
+    rounded = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= max(sizes)})
+    rows = []
+    for n in range(1, max_num_seqs + 1):
+        fits = [size for size in rounded if size >= n * q]
+        rows.append([n, fits[0] if fits else None])
+    return rows
+
+
+MTP3 = ("--max-num-seqs 32 --speculative-config '{\"method\": \"mtp\", "
+        "\"num_speculative_tokens\": 3}' -cc '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64]}'")
+
+
+SIZES = "--compilation-config '{\"cudagraph_capture_sizes\": [1,2,4,8,16,32,64]}'"
+MTP3 = "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'"
+
+
+@pytest.mark.parametrize(("release", "flags", "k", "seqs"), [
+    ("0.10.2", f"--max-num-seqs 80 {SIZES}", 0, 80),
+    ("0.26.0", f"--max-num-seqs 32 {MTP3} {SIZES}", 3, 32),
+    ("0.33.0", f"--max-num-seqs 32 {MTP3} {SIZES}", 3, 32)])
+def test_each_decode_step_is_the_runners_own_dispatch(
+        release: str, flags: str, k: int, seqs: int,
+        pip_snapshot: Callable[..., Snapshot]) -> None:
+    """Issue 38, class 4: the headline question in engine mode. Qwen3-Next with capture sizes
+    [1..64]: for every N running requests, the graph the model runner's own dispatcher
+    picks pads the decode step to the size the rule gives, and past the largest the step
+    runs eager (with MTP k=3: from N=17 on). 0.10.2: the old V1 runner (it pads, then asks
+    its dispatcher with a descriptor); 0.26.0: the V1 runner's CudagraphDispatcher (the
+    hybrid's runner); 0.33.0: the V2 runner's CudaGraphManager."""
+    snap = pip_snapshot(f"vllm=={release}")
+    cfg = _json(EXAMPLES / "qwen3-next-80b-a3b-instruct.json")
+    facts = engine_config(snap, "vllm serve Qwen/Qwen3-Next " + flags, cfg).facts
+    steps = facts["cudagraph_decode_steps"]
+    assert facts["uniform_decode_query_len"] == k + 1
+    assert [[n, padded] for n, _mode, padded in steps] == \
+        _decode_steps_by_hand([1, 2, 4, 8, 16, 32, 64], k, seqs)
+    assert all((mode == "NONE") == (padded is None) for _n, mode, padded in steps)
+
+
+def test_a_decode_step_table_reads_as_runs() -> None:
+    """The recipe's table and finding from (N, mode, padded) rows (written here by hand)."""
+    from recon.recipes.catalog.vllm_capture_sizes import first_eager, steps_table
+
+    rows = [[1, "FULL", 4], [2, "FULL", 8], [3, "FULL", 16], [4, "FULL", 16],
+            [5, "PIECEWISE", 24], [6, "NONE", None], [7, "NONE", None]]
+    table = steps_table({"V2": rows}, 4, 3, 7)
+    assert table.rows == [["1-4", "4-16", "FULL graph, padded to 4..16 tokens"],
+                          ["5", "20", "PIECEWISE graph, padded to 24 tokens"],
+                          ["6-7", "24-28", "eager (no graph)"]]
+    said = first_eager("V2", rows, 4, 24, 7)
+    assert said is not None and said.level == "warn"
+    assert "with 6 or more running requests (24+ tokens per decode step)" in said.text
+    every = first_eager("V1", rows[:2], 4, 8, 2)
+    assert every is not None and every.level == "ok"
+
+
 @pytest.mark.skipif(os.environ.get("RECON_ENGINE_ALL") != "1",
                     reason="vLLM 0.34.0 is one more release environment (RECON_ENGINE_ALL=1 runs it)")
 def test_034_graphs_from_request_sizes(pip_snapshot: Callable[..., Snapshot]) -> None:

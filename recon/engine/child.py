@@ -31,6 +31,8 @@ import ast
 import contextlib
 import dataclasses
 import enum
+import functools
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -1191,8 +1193,8 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
     graphs: dict[str, dict[str, int]] = {}
     for mode, keys in getattr(dispatcher, "cudagraph_keys", {}).items():
         for key in keys:
-            uniform = bool(getattr(key, "uniform", getattr(key, "uniform_decode", False)))
-            for name in (jsonable(mode), "decode" if uniform else "mixed"):
+            decode = bool(getattr(key, "uniform", getattr(key, "uniform_decode", False)))
+            for name in (jsonable(mode), "decode" if decode else "mixed"):
                 slot = graphs.setdefault(name, {"count": 0, "max": 0})
                 slot["count"] += 1
                 slot["max"] = max(slot["max"], int(key.num_tokens))
@@ -1200,11 +1202,49 @@ def cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                         "capture_sizes_resolved": jsonable(comp.cudagraph_capture_sizes),
                         "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
                                                            "max_capture_size"),
-                        "uniform_decode_query_len": uniform, "graphs": graphs}
+                        "uniform_decode_query_len": uniform, "graphs": graphs,
+                        "decode_steps": decode_steps(dispatcher, config, uniform)}
     out["cudagraph_stage"] = "model runner: " + ("initialize_cudagraph_capture (its attention "
                                                  "groups: each backend's builder class, not "
                                                  "built)" if legacy is not None
                                                  else "_check_and_update_cudagraph_mode")
+
+
+def decode_steps(dispatcher: Any, config: Any, uniform: int) -> list[list[Any]] | None:
+    """``[N, runtime mode, tokens padded to]`` for a decode step of each N running requests
+    up to ``max_num_seqs`` (N x ``uniform`` tokens, a uniform batch): the dispatcher's own
+    ``dispatch``, asked as the V1 runner asks it at TP 1 without LoRA (None where its
+    ``dispatch`` takes something else: releases before 0.19)."""
+    dispatch: Any = getattr(dispatcher, "dispatch", None)
+    params = inspect.signature(dispatch).parameters if dispatch is not None else {}
+    ask: Callable[[int], Any]
+    if "num_tokens" in params:
+        ask = functools.partial(dispatch, uniform_decode=True)
+    elif "batch_descriptor" in params:
+        ask = legacy_dispatch(dispatcher, config)
+    else:
+        return None
+    rows: list[list[Any]] = []
+    for n in range(1, int(config.scheduler_config.max_num_seqs) + 1):
+        mode, desc = ask(n * uniform)
+        name = jsonable(mode)
+        rows.append([n, name, None if name == "NONE" or desc is None else int(desc.num_tokens)])
+    return rows
+
+
+def legacy_dispatch(dispatcher: Any, config: Any) -> Callable[[int], Any]:
+    """Before 0.19 the V1 runner pads a step itself: with graphs on, a step up to the largest
+    capture size goes to the config's ``pad_for_cudagraph``, then the dispatcher is asked
+    with a ``BatchDescriptor`` of the padded tokens (``_prepare_inputs`` / ``execute_model``)."""
+    descriptor = _find(("vllm.forward_context",), "BatchDescriptor")
+    sizes = sorted(config.compilation_config.cudagraph_capture_sizes or [])
+    graphs_on = jsonable(config.compilation_config.cudagraph_mode) != "NONE"
+
+    def ask(tokens: int) -> Any:
+        if graphs_on and sizes and tokens <= sizes[-1]:
+            tokens = config.pad_for_cudagraph(tokens)
+        return dispatcher.dispatch(descriptor(num_tokens=tokens, uniform_decode=True))
+    return ask
 
 
 def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
@@ -1284,9 +1324,41 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                         "capture_sizes_resolved": jsonable(comp.cudagraph_capture_sizes),
                         "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
                                                            "max_capture_size"),
-                        "uniform_decode_query_len": decode_len, "graphs": graphs}
+                        "uniform_decode_query_len": decode_len, "graphs": graphs,
+                        "decode_steps": v2_decode_steps(view, config, decode_len, out)}
     out["cudagraph_stage"] = "V2 model runner: resolve_cudagraph_mode_and_sizes, " \
                              "CudaGraphManager._init_candidates"
+
+
+def v2_decode_steps(view: Any, config: Any, q: int, out: dict[str, Any]) -> list[list[Any]] | None:
+    """:func:`decode_steps` for the V2 runner: its graph manager's own ``dispatch``, asked for
+    a uniform decode batch of N requests of ``q`` tokens each, as after capture (None, and
+    the reason in ``errors``, where its ``dispatch`` asks for more than that)."""
+    dispatch = getattr(view, "dispatch", None)
+    if dispatch is None:
+        return None
+    asked = {"num_reqs": lambda n: n, "num_tokens": lambda n: n * q,
+             "uniform_token_count": lambda n: q, "num_active_loras": lambda n: 0,
+             "max_query_len": lambda n: q, "num_ubatches": lambda n: 1}
+    params = inspect.signature(dispatch).parameters
+    needed = {k for k, v in params.items() if v.default is inspect.Parameter.empty}
+    if not needed <= set(asked):
+        out["errors"].append({"stage": "cudagraph_phase (decode steps, not asked)",
+                              "error": f"the graph manager's dispatch also needs "
+                                       f"{', '.join(sorted(needed - set(asked)))}"})
+        return None
+    view.__dict__["_graphs_captured"] = True  # dispatch answers as after capture
+    rows: list[list[Any]] = []
+    try:
+        for n in range(1, int(config.scheduler_config.max_num_seqs) + 1):
+            desc = dispatch(**{k: make(n) for k, make in asked.items() if k in params})
+            name = jsonable(desc.cg_mode)
+            rows.append([n, name, None if name == "NONE" else int(desc.num_tokens)])
+    except Exception as err:  # noqa: BLE001 - said: the graph counts stand without it
+        out["errors"].append({"stage": "cudagraph_phase (decode steps, not asked)",
+                              "error": f"{type(err).__name__}: {err}"[:400]})
+        return None
+    return rows
 
 
 def v2_graph_manager(cg: Any, config: Any, mode: Any, decode_len: int,
@@ -1477,7 +1549,9 @@ def resolved_graphs(cudagraph: dict[str, Any] | None) -> dict[str, Any]:
     graphs = cudagraph.get("graphs", {})
     out = {"cudagraph_mode_resolved": cudagraph.get("mode_resolved"),
            "cudagraph_capture_sizes_resolved": cudagraph.get("capture_sizes_resolved"),
-           "max_cudagraph_capture_size_resolved": cudagraph.get("max_capture_size_resolved")}
+           "max_cudagraph_capture_size_resolved": cudagraph.get("max_capture_size_resolved"),
+           "cudagraph_decode_steps": cudagraph.get("decode_steps"),
+           "uniform_decode_query_len": cudagraph.get("uniform_decode_query_len")}
     for mode, key in (("PIECEWISE", "piecewise"), ("FULL", "full"), ("mixed", "mixed"),
                       ("decode", "decode")):
         if mode in graphs:
@@ -2256,6 +2330,7 @@ def serve(warm_up_fn: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]] | N
             warm, ready = warm_up_fn(setup)
             _end_all()  # what the imports started (nothing is left when a request starts)
             _walls()
+            gc.freeze()  # each request's collections skip what the imports made
         except BaseException as err:  # noqa: BLE001 - a cold child will give the error
             _frame(out, str(setup.get("nonce", "")), json.dumps(
                 {"ready": False, "error": f"{type(err).__name__}: {err}"}, default=str).encode())

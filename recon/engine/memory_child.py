@@ -84,8 +84,9 @@ class Ledger:
         self.allocated = 0
         self.peak = 0
         self.reserved = 0
-        self.top: list[tuple[int, str]] = []
-        self.standing: set[int] = set()  # storages alive at the last peak reset
+        self._top: list[tuple[int, str]] = []
+        self._stale = False  # a new peak whose largest holders are not yet listed
+        self.fresh: set[int] = set()  # storages made since the last peak reset (listed)
         self.ran: set[str] = set()  # the release's ops whose own Python ran
         self.faked: set[str] = set()  # ... and those its registered fake answered instead
         self.opaque = 0  # how deep inside ops whose own Python runs (outside a compiled graph)
@@ -93,34 +94,50 @@ class Ledger:
     def add(self, key: int, nbytes: int, name: str) -> None:
         if key not in self.sizes:
             self.sizes[key], self.names[key], self.holders[key] = rounded(nbytes), name, 0
+            self.fresh.add(key)
             self.allocated += self.sizes[key]
             self.reserved = max(self.reserved, -(-self.allocated // SEGMENT) * SEGMENT)
             if self.allocated > self.peak:
-                self.peak = self.allocated
-                self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()
-                                   if k not in self.standing), reverse=True)[:5]
+                self.peak, self._stale = self.allocated, True
         self.holders[key] += 1
+
+    @property
+    def top(self) -> list[tuple[int, str]]:
+        """The five largest storages (made since the last reset) at the peak. Listed when
+        first asked for or before the first storage leaves after a new peak: until then
+        only storages were added, so what stands is what stood at the peak (listing them
+        at every new peak costs seconds for a model's thousands of weights)."""
+        if self._stale:
+            self._top = sorted(((self.sizes[k], self.names[k]) for k in self.fresh),
+                               reverse=True)[:5]
+            self._stale = False
+        return self._top
+
+    @top.setter
+    def top(self, value: list[tuple[int, str]]) -> None:
+        self._top, self._stale = value, False
 
     def drop(self, key: int) -> None:
         if key not in self.holders:
             return
         self.holders[key] -= 1
         if self.holders[key] <= 0:
+            if self._stale:
+                self.top  # noqa: B018 - listed before the peak's storages start to leave
             self.allocated -= self.sizes.pop(key)
             del self.holders[key], self.names[key]
+            self.fresh.discard(key)
 
     def settle(self, peak: int, top: list[tuple[int, str]]) -> None:
         """A fused kernel ran: what it made and dropped inside never stood at once with the
         rest, so the peak is the one before it, or what stands after it if that is more."""
         self.peak, self.top = peak, top
         if self.allocated > peak:
-            self.peak = self.allocated
-            self.top = sorted(((s, self.names[k]) for k, s in self.sizes.items()
-                               if k not in self.standing), reverse=True)[:5]
+            self.peak, self._stale = self.allocated, True
 
     def reset_peak(self) -> None:
         self.peak = self.allocated
-        self.standing = set(self.sizes)
+        self.fresh = set()
         self.top = []
 
     def empty_cache(self) -> None:
@@ -240,6 +257,14 @@ def device_answers(torch: Any, memory: VirtualMemory) -> list[tuple[Any, str, An
         pairs += [(owner, name, fn) for name, fn in answers.items()
                   if name == "synchronize" or hasattr(owner, name)]
     return pairs
+
+
+def dynamo_off(torch: Any) -> list[tuple[Any, str, Any]]:
+    """The functions the release compiles with ``torch.compile`` run as written: under
+    recon's counting mode dynamo cannot trace them and falls back to running them eagerly,
+    after inspecting each frame (1.5 s of a plan)."""
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    return [(config, "disable", True)] if hasattr(config, "disable") else []
 
 
 def cpu_generator(torch: Any) -> Any:
@@ -392,8 +417,11 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
     placed: list[str] = []
     runner = fresh_runner(runner_cls, attributes)
     device = torch.device("cuda", 0)
+    # what stands now (the release's modules, its config) is never garbage the plan frees:
+    # frozen, the collections the plan and the release's profiler make skip it (0.45 s each)
+    gc.freeze()
     pairs = device_answers(torch, memory) + launches_skipped(skipped) + uva_views(torch) \
-        + [(torch, "Generator", cpu_generator(torch))]
+        + [(torch, "Generator", cpu_generator(torch))] + dynamo_off(torch)
     if v1:
         pairs.append((runner, "profile_cudagraph_memory", lambda: graph_bytes))
     profile = runner.profile_run

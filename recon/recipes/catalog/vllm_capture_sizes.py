@@ -610,6 +610,16 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
         res.findings.insert(0, Finding("warn", "the CUDA graphs the V2 model runner captures are "
                                        "not predicted (" + stage.partition("(")[2].rstrip(")")
                                        + "): the sizes shown are the config line's"))
+    steps = data.get("cudagraph_decode_steps")
+    if steps:
+        q = int(data.get("uniform_decode_query_len") or 1)
+        runner = str(data.get("model_runner") or "V1")  # the one the release picked
+        res.tables.append(steps_table({runner: steps}, q, data.get("num_speculative_tokens"),
+                                      len(steps)))
+        eager = first_eager(runner, steps, q, data.get("max_cudagraph_capture_size_resolved"),
+                            data.get("max_num_seqs"))
+        if eager is not None:
+            res.findings.append(eager)
     if data.get("cudagraph_mode_resolved") not in (None, data.get("cudagraph_mode")):
         res.findings.insert(0, Finding("warn", f"cudagraph mode {data.get('cudagraph_mode')} "
                                        f"became {data['cudagraph_mode_resolved']} once the "
@@ -724,15 +734,21 @@ def _size_values(t: Targets, inp: Inputs, runners: list[str], chain: Chain, max_
 
 def _runs_table(inp: Inputs, runners: list[str], chain: Chain) -> Table:
     """Runs of N with the same verdict for every runner, with the span they pad to."""
+    return steps_table({r: chain.verdicts[r] for r in runners if r in chain.verdicts},
+                       inp.q, inp.k, inp.max_num_seqs or 0)
+
+
+def steps_table(verdicts: dict[str, Any], q: int, k: int | None, max_n: int) -> Table:
+    """Runs of N running requests whose decode step (N x ``q`` tokens) has the same verdict
+    in every runner (``verdicts``: runner -> ``(N, runtime mode, padded tokens)`` per N)."""
     table_rows = []
-    keyed = [(n, tuple(_mode_only(chain.verdicts[r][n - 1]) for r in runners
-                       if r in chain.verdicts))
-             for n in range(1, (inp.max_num_seqs or 0) + 1)]
+    keyed = [(n, tuple(str(verdicts[r][n - 1][1]) for r in verdicts))
+             for n in range(1, max_n + 1)]
     for lo, hi, modes in ranges(keyed):
         row: list[Any] = [f"{lo}" if lo == hi else f"{lo}-{hi}",
-                          f"{lo * inp.q}" if lo == hi else f"{lo * inp.q}-{hi * inp.q}"]
-        for r_i, runner in enumerate(r for r in runners if r in chain.verdicts):
-            pads = sorted({p for n, _m, p in chain.verdicts[runner][lo - 1: hi] if p is not None})
+                          f"{lo * q}" if lo == hi else f"{lo * q}-{hi * q}"]
+        for r_i, runner in enumerate(verdicts):
+            pads = sorted({p for _n, _m, p in verdicts[runner][lo - 1: hi] if p is not None})
             mode = modes[r_i]
             if mode == "NONE":
                 row.append("eager (no graph)")
@@ -741,9 +757,22 @@ def _runs_table(inp: Inputs, runners: list[str], chain: Chain) -> Table:
                         if pads else "?")
                 row.append(f"{mode} graph, padded to {span} tokens")
         table_rows.append(row)
-    cols = ["running requests N", "decode tokens N x (k+1)"] + \
-        [f"{r} runner" for r in runners if r in chain.verdicts]
-    return Table(f"decode step per number of running requests (k={inp.k})", cols, table_rows)
+    cols = ["running requests N", "decode tokens N x (k+1)"] + [f"{r} runner" for r in verdicts]
+    return Table(f"decode step per number of running requests (k={k or 0})", cols, table_rows)
+
+
+def first_eager(runner: str, rows: list[Any], q: int, largest: Any,
+                max_num_seqs: int | None) -> Finding | None:
+    """The first N whose decode step runs eager (a warning), or that none does (ok)."""
+    if not rows:
+        return None
+    eager = [n for n, mode, _ in rows if mode == "NONE"]
+    if eager:
+        return Finding("warn", f"{runner} runner: with {eager[0]} or more running requests "
+                               f"({eager[0] * q}+ tokens per decode step) the step runs eager, "
+                               f"outside any CUDA graph (largest graph: {largest} tokens)")
+    return Finding("ok", f"{runner} runner: every decode step up to --max-num-seqs "
+                         f"{max_num_seqs} runs in a graph")
 
 
 def _per_n_table(inp: Inputs, runners: list[str], chain: Chain) -> Table:
@@ -775,18 +804,10 @@ def _size_findings(inp: Inputs, runners: list[str], chain: Chain, max_key: str,
                                             + (f" (no longer captured: {dropped}" if dropped else "")
                                             + (f"; new: {added})" if added else (")" if dropped else ""))))
     for runner in runners:
-        rows = chain.verdicts.get(runner) or []
-        eager = [n for n, mode, _ in rows if mode == "NONE"]
-        if eager and rows:
-            first = eager[0]
-            res.findings.append(Finding(
-                "warn", f"{runner} runner: with {first} or more running requests "
-                        f"({first * inp.q}+ tokens per decode step) the step runs eager, outside "
-                        f"any CUDA graph (largest graph: "
-                        f"{(chain.per_runner.get(runner) or {}).get(max_key)} tokens)"))
-        elif rows:
-            res.findings.append(Finding("ok", f"{runner} runner: every decode step up to "
-                                              f"--max-num-seqs {inp.max_num_seqs} runs in a graph"))
+        said = first_eager(runner, chain.verdicts.get(runner) or [], inp.q,
+                           (chain.per_runner.get(runner) or {}).get(max_key), inp.max_num_seqs)
+        if said is not None:
+            res.findings.append(said)
     if inp.mode == "NONE":
         res.findings.append(Finding("info", f"cudagraph mode NONE ({inp.mode_from}): every step is eager"))
 
