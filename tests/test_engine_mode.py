@@ -670,6 +670,34 @@ def test_each_decode_step_is_the_runners_own_dispatch(
     assert all((mode == "NONE") == (padded is None) for _n, mode, padded in steps)
 
 
+EAGLE3 = ("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{\"method\": "
+          "\"eagle3\", \"model\": \"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\", "
+          "\"num_speculative_tokens\": 3}'")
+
+
+def test_a_vllm_draft_named_by_hub_id_takes_its_config(vllm_026: Snapshot) -> None:
+    """Issue 38: a draft named by a hub id cannot be read offline. Without its config.json
+    the answer names that missing input (not the release's repository error); with it
+    (``draft_config``, an EAGLE3 head's config written here) the release builds its
+    speculative config from it."""
+    from recon.engine.config import EngineFailed
+
+    llama = _json(REAL.parent / "real-h100" / "configs" / "llama8b.json")
+    with pytest.raises(EngineFailed, match="draft model 'yuhuili/EAGLE3-LLaMA3.1-Instruct-8B' "
+                                           "is not a folder here .* --draft-config"):
+        engine_config(vllm_026, EAGLE3, llama)
+    head = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+            "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 1, "vocab_size": 128256,
+            "draft_vocab_size": 32000, "max_position_embeddings": 2048,
+            "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16", "hidden_act": "silu"}
+    answer = engine_config(vllm_026, EAGLE3, llama, draft_config=head)
+    facts = answer.facts
+    assert facts["speculative_method"] == "eagle3" and facts["num_speculative_tokens"] == 3
+    assert answer.replaced["arguments"]["speculative_model"] == \
+        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
 def test_a_decode_step_table_reads_as_runs() -> None:
     """The recipe's table and finding from (N, mode, padded) rows (written here by hand)."""
     from recon.recipes.catalog.vllm_capture_sizes import first_eager, steps_table

@@ -57,7 +57,7 @@ def engine_config_cmd(
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
     memory_plan: bool = typer.Option(False, "--memory-plan", help="vLLM without --kv-memory-gib: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1, help="With the memory plan: one prompt of N tokens, in the chunks the release's scheduler cuts, each chunk's activation peak against what is free while serving: fits, or by how much not (exit 1)."),
-    draft_config: Path | None = typer.Option(None, "--draft-config", help="SGLang: the draft model's config.json (for --speculative-draft-model-path)."),
+    draft_config: Path | None = typer.Option(None, "--draft-config", help="The draft model's config.json, where the command names the draft by a hub id (vLLM: --speculative-config's model; SGLang: --speculative-draft-model-path)."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -86,9 +86,6 @@ def engine_config_cmd(
         _sglang(snap, flags, cfg, gpu, extra, draft=load_config(draft_config) if draft_config
                 else None, sandbox=not no_sandbox, as_json=as_json)
         return
-    if draft_config is not None:
-        raise ReconError("--draft-config is an SGLang option (vLLM reads the draft model from "
-                         "its speculative config)")
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
@@ -99,7 +96,8 @@ def engine_config_cmd(
     with flag_hints(snap):
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                               env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
-                              memory_plan=memory_plan, prompt_tokens=prompt_tokens)
+                              memory_plan=memory_plan, prompt_tokens=prompt_tokens,
+                              draft_config=load_config(draft_config) if draft_config else None)
     data = facts.as_json()
     if as_json:
         emit_json(data)

@@ -635,6 +635,8 @@ def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, 
     given = {"model": getattr(args, "model", None), "tokenizer": getattr(args, "tokenizer", None),
              "load_format": getattr(args, "load_format", None)}
     args.model = model_dir
+    given.update(draft_model(args, os.path.join(os.path.dirname(model_dir), "draft"),
+                             given["model"], model_dir))
     args.tokenizer = None
     args.skip_tokenizer_init = True
     args.load_format = "dummy"
@@ -646,6 +648,34 @@ def build_config(args: Any, model_dir: str, usage: str) -> tuple[Any, dict[str, 
     config = engine_args.create_engine_config(usage_context=getattr(usage_lib.UsageContext,
                                                                     context))
     return config, {"usage_context": context, "replaced_args": given}
+
+
+def draft_model(args: Any, draft: str, target: Any, model_dir: str) -> dict[str, Any]:
+    """The speculative config's draft ``model`` made the scratch folder holding the
+    ``--draft-config`` given (returned: the name typed), or the model's own folder where it
+    names the target model; a draft named by a hub id or a folder this machine lacks,
+    without one, is the user's missing input, said as such."""
+    spec = getattr(args, "speculative_config", None)
+    if not isinstance(spec, dict):
+        return {}
+    name = spec.get("model")
+    if not isinstance(name, str) or not name:
+        return {}
+    if name == target:
+        args.speculative_config = {**spec, "model": model_dir}
+        return {"speculative_model": name}
+    if os.path.isdir(draft):
+        args.speculative_config = {**spec, "model": draft}
+        return {"speculative_model": name}
+    if not os.path.isdir(name):
+        raise DraftMissing(f"the speculative config's draft model {name!r} is not a folder "
+                           "here and recon downloads nothing: give the draft model's "
+                           "config.json with --draft-config (recipes: --set draft_config=PATH)")
+    return {}
+
+
+class DraftMissing(RuntimeError):
+    """A draft model named on the command line whose config.json recon was not given."""
 
 
 class GroupHandle:
@@ -1986,6 +2016,11 @@ def write_model(req: dict[str, Any]) -> None:
         if name in MODEL_FILES or MODULE_FILE.fullmatch(name):
             with open(os.path.join(req["model_dir"], name), "w", encoding="utf-8") as fh:
                 fh.write(str(text))
+    if req.get("draft_config") is not None:  # the draft model's folder, beside the model's
+        draft = os.path.join(os.path.dirname(req["model_dir"]), "draft")
+        os.makedirs(draft, exist_ok=True)
+        with open(os.path.join(draft, "config.json"), "w", encoding="utf-8") as fh:
+            json.dump(req["draft_config"], fh)
 
 
 @dataclasses.dataclass
@@ -2059,6 +2094,7 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
     out["logged"] = {**handler.numbers(), **out.pop("printed", {})}
     out["log"] = [r for r in handler.records if r["level"] != "DEBUG"][-300:]
     out["replaced"] = {"compiled_modules": sorted(set(finder.hits)), "in_process": warm.probes,
+                       "arguments": out.get("replaced_args") or {},
                        **warm.gpu_packages.report(),
                        "custom_ops_called": sorted(set(MISSING_OPS.called)),
                        "cuda_objects": (out.get("layers") or {}).get("cuda_objects", []),

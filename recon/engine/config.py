@@ -455,7 +455,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                   attention_backend: str | None = None, logged_args: bool = False,
                   files: dict[str, str] | None = None, memory_plan: bool = False,
                   prompt_tokens: int | None = None, timeout: float = 600.0,
-                  sandbox: bool = True) -> EngineFacts:
+                  sandbox: bool = True, draft_config: dict[str, Any] | None = None
+                  ) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
     ``kv_memory_precision_gib``: how far the true memory may be from ``kv_memory_gib``
@@ -474,6 +475,9 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     ``prompt_tokens`` (with the plan): one prompt of that many tokens, cut into chunks by
     the release's scheduler, each chunk's activation peak through the release's forward on
     the planned KV cache, against what is free then (:func:`prefill_facts`).
+    ``draft_config``: the draft model's config.json, for a ``--speculative-config`` whose
+    ``model`` is a hub id or a folder this machine lacks (the release reads it from a
+    scratch folder of its own; ``replaced['arguments']`` names what was typed).
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -497,7 +501,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                 "model_files": {k: v for k, v in (files or {}).items() if is_model_file(k)},
                 "entry": "" if command.entry == "serve" else command.entry,
                 "memory_plan": memory_plan and kv_bytes is None,
-                "prompt_tokens": prompt_tokens if memory_plan and kv_bytes is None else None})
+                "prompt_tokens": prompt_tokens if memory_plan and kv_bytes is None else None,
+                "draft_config": draft_config})
     result, release_environment = _release_day_if_broken(_answered(ask, config_json), ask,
                                                          config_json)
     said = [command.assumed, image_release(command.image, snapshot)]

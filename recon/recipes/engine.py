@@ -35,12 +35,19 @@ from ..engine.command import words
 from ..engine.config import DEFAULT_GPU_COUNT, USAGES, EngineFacts, engine_config, model_files
 from ..engine.gpus import board_for
 from ..errors import ReconError
-from .base import Finding, NotApplicable, Provenance, RecipeContext, RecipeResult
+from .base import (
+    Finding,
+    NotApplicable,
+    Provenance,
+    RecipeContext,
+    RecipeResult,
+    load_model_config,
+)
 from .flags import flag_hints
 
 #: the options :func:`engine_facts` reads (every engine-backed recipe accepts them all)
 ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count",
-                  "prompt_tokens")
+                  "prompt_tokens", "draft_config")
 
 #: the model assumed when no config.json is given (capture sizes need a model, not its size)
 ASSUMED_MODEL = Path(__file__).with_name("assumed_model.json")
@@ -75,8 +82,10 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
     if prompt is not None and (isinstance(prompt, bool) or not isinstance(prompt, int)
                                or prompt < 1):
         raise ReconError(f"--set prompt_tokens: a positive number of tokens, got {prompt!r}")
+    draft = opts.get("draft_config")
     return {"gpu": opts.get("gpu"), "usage": usage, "kv_memory_gib": gib, "gpu_count": count,
-            "attention_backend": backend, "prompt_tokens": prompt}
+            "attention_backend": backend, "prompt_tokens": prompt,
+            "draft_config": load_model_config(str(draft)) if draft is not None else None}
 
 
 def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan: bool = False
@@ -118,7 +127,8 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan:
                                            attention_backend=req["attention_backend"],
                                            logged_args=logged, memory_plan=memory_plan,
                                            prompt_tokens=req["prompt_tokens"]
-                                           if memory_plan else None)
+                                           if memory_plan else None,
+                                           draft_config=req["draft_config"])
         except ReconError as err:
             if ctx.config is not None:
                 raise
