@@ -1303,21 +1303,7 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
     if refused:
         out["cudagraph_stage"] = f"create_engine_config (the release's V2 model runner: {refused})"
         return
-    support_cls = _find(("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"),
-                        "AttentionCGSupport")
-    lowest, lowest_backend = support_cls.ALWAYS, None
-    layers = config.compilation_config.static_forward_context
-    for group in kv.kv_cache_groups:
-        per_layer = getattr(group.kv_cache_spec, "kv_cache_specs", None)
-        for name in group.layer_names:
-            getter = getattr(layers.get(name), "get_attn_backend", None)
-            if getter is None:
-                continue
-            backend = getter()
-            spec = per_layer[name] if per_layer else group.kv_cache_spec
-            support = backend.get_builder_cls().get_cudagraph_support(config, spec)
-            if support.value < lowest.value:
-                lowest, lowest_backend = support, backend.__name__
+    lowest, lowest_backend = lowest_graph_support(config, kv)
     spec = getattr(config, "speculative_config", None)
     decode_len = 1 + int(getattr(spec, "num_speculative_tokens", 0) or 0)
     comp = config.compilation_config
@@ -1347,17 +1333,38 @@ def v2_cudagraph_phase(config: Any, kv: Any, out: dict[str, Any]) -> None:
                              ubatch_runner=inputs["ubatch_runner"],
                              use_breakable_cg=False, _candidates={}, _capture_descs={})
         manager._init_candidates(view)
-    graphs = {jsonable(m): {"count": len(descs), "max": max((int(d.num_tokens) for d in descs),
-                                                            default=0)}
-              for m, descs in view._capture_descs.items() if descs}
     out["cudagraph"] = {"mode_resolved": jsonable(mode),
                         "capture_sizes_resolved": jsonable(comp.cudagraph_capture_sizes),
                         "max_capture_size_resolved": _attr(comp, "max_cudagraph_capture_size",
                                                            "max_capture_size"),
-                        "uniform_decode_query_len": decode_len, "graphs": graphs,
+                        "uniform_decode_query_len": decode_len,
+                        "graphs": {jsonable(m): {"count": len(descs),
+                                                 "max": max(int(d.num_tokens) for d in descs)}
+                                   for m, descs in view._capture_descs.items() if descs},
                         "decode_steps": v2_decode_steps(view, config, decode_len, out)}
     out["cudagraph_stage"] = "V2 model runner: resolve_cudagraph_mode_and_sizes, " \
                              "CudaGraphManager._init_candidates"
+
+
+def lowest_graph_support(config: Any, kv: Any) -> tuple[Any, str | None]:
+    """The lowest CUDA graph support among the attention backends of the KV cache's layers
+    (each builder class's own ``get_cudagraph_support``), and the backend that has it."""
+    support_cls = _find(("vllm.v1.attention.backend", "vllm.v1.attention.backends.utils"),
+                        "AttentionCGSupport")
+    lowest, lowest_backend = support_cls.ALWAYS, None
+    layers = config.compilation_config.static_forward_context
+    for group in kv.kv_cache_groups:
+        per_layer = getattr(group.kv_cache_spec, "kv_cache_specs", None)
+        for name in group.layer_names:
+            getter = getattr(layers.get(name), "get_attn_backend", None)
+            if getter is None:
+                continue
+            backend = getter()
+            spec = per_layer[name] if per_layer else group.kv_cache_spec
+            support = backend.get_builder_cls().get_cudagraph_support(config, spec)
+            if support.value < lowest.value:
+                lowest, lowest_backend = support, backend.__name__
+    return lowest, lowest_backend
 
 
 def v2_decode_steps(view: Any, config: Any, q: int, out: dict[str, Any]) -> list[list[Any]] | None:

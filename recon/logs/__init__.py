@@ -59,7 +59,6 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
                          "to predict with)")
     if snapshot is None:
         return report
-    from ..recipes import parse_flags
     from ..recipes.base import options_read
     from ..snapshots.cache import ensure_snapshot
     from ..snapshots.model import Snapshot
@@ -67,27 +66,7 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     snap = snapshot if isinstance(snapshot, Snapshot) else ensure_snapshot(str(snapshot))
     report.snapshot = snap.name
     report.release = f"{snap.package} {snap.version or '?'}"
-    if flags is not None:
-        fl = parse_flags(flags)
-        report.flags_from = "--flags"
-    elif "__raw__" in log.args:
-        fl = parse_flags(None)
-        report.flags_from = (f"none: the log's argument line (line {log.args_line}) could not "
-                             "be read")
-        report.notes.append(f"the argument line (line {log.args_line}) is not a value recon can "
-                            "read: recipes ran with the engine's defaults, so a mismatch may be "
-                            "a flag recon did not see (give the command line with --flags)")
-    elif log.args:
-        from .argline import args_to_argv
-
-        fl = parse_flags(args_to_argv(log.args, log.engine))
-        fl.from_log = True
-        report.flags_from = f"the log's argument line (line {log.args_line})"
-    else:
-        fl = parse_flags(None)
-        report.flags_from = "none (no --flags and no argument line in the log)"
-        report.notes.append("no argument line in the log and no --flags: recipes ran with the "
-                            "engine's defaults")
+    fl = _flags_for(log, flags, report)
     report.flags = fl.values
     if log.engine and log.engine != snap.package:
         report.notes.append(f"the log is from {log.engine}, the snapshot holds {snap.package}")
@@ -112,6 +91,34 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
                         memory_plan=planned)
     say_missing_once(report)
     return report
+
+
+def _flags_for(log: ServerLog, flags: str | list[str] | None, report: LogReport) -> Any:
+    """The command line the recipes run with: ``--flags``, else the log's argument line (one
+    recon cannot read is said as such, never taken as no flags), else the defaults."""
+    from ..recipes import parse_flags
+
+    if flags is not None:
+        report.flags_from = "--flags"
+        return parse_flags(flags)
+    if "__raw__" in log.args:
+        report.flags_from = (f"none: the log's argument line (line {log.args_line}) could not "
+                             "be read")
+        report.notes.append(f"the argument line (line {log.args_line}) is not a value recon can "
+                            "read: recipes ran with the engine's defaults, so a mismatch may be "
+                            "a flag recon did not see (give the command line with --flags)")
+        return parse_flags(None)
+    if log.args:
+        from .argline import args_to_argv
+
+        fl = parse_flags(args_to_argv(log.args, log.engine))
+        fl.from_log = True
+        report.flags_from = f"the log's argument line (line {log.args_line})"
+        return fl
+    report.flags_from = "none (no --flags and no argument line in the log)"
+    report.notes.append("no argument line in the log and no --flags: recipes ran with the "
+                        "engine's defaults")
+    return parse_flags(None)
 
 
 def memory_note(memory_plan: bool, package: str) -> str | None:
