@@ -88,3 +88,20 @@ def test_integer_options_read_one_way_in_every_recipe() -> None:
     for bad in ("2.5", 2.5, True, "eight", [8]):
         with pytest.raises(ReconError, match="--set k: expected an integer"):
             opt_int({"k": bad}, "k")
+
+
+def test_importing_one_recipe_module_first_still_finds_every_recipe() -> None:
+    """A test (or a user's code) that imports one recipe's module before asking the registry
+    once left the registry holding that recipe alone: every other name was "no recipe named"
+    for the rest of the process (the CI run of 2026-12-07: 47 failures). A fresh interpreter
+    imports one module first, then asks for another recipe."""
+    import subprocess
+    import sys
+
+    code = ("from recon.recipes.catalog.vllm_capture_sizes import steps_table\n"
+            "from recon.recipes.registry import all_recipes, get\n"
+            "print(get('kv-capacity').name, len(all_recipes()) > 1)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert done.stdout.split() == ["kv-capacity", "True"]

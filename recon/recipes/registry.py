@@ -10,6 +10,7 @@ from ..errors import ReconError
 from .base import Recipe
 
 _RECIPES: dict[str, Recipe] = {}
+_LOADED: list[bool] = []  # the whole catalog imported (one module imported alone is not all)
 
 
 def register(recipe: Recipe) -> Recipe:
@@ -24,10 +25,11 @@ def _load_all() -> None:
 
     for mod in pkgutil.iter_modules(catalog.__path__):
         importlib.import_module(f"{catalog.__name__}.{mod.name}")
+    _LOADED.append(True)
 
 
 def all_recipes() -> list[Recipe]:
-    if not _RECIPES:
+    if not _LOADED:  # not "no recipe yet": importing one recipe's module registers only it
         _load_all()
     return sorted(_RECIPES.values(), key=lambda r: (r.engine, r.name))
 
