@@ -104,6 +104,29 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm.cudagraph.progress": (
         "Capturing CUDA graphs (decode, FULL): 100%|██████████| 67/67 [00:17<00:00,  3.77it/s]",
         {"cudagraph_graphs_decode": 67}),
+    # the compile cache lines of real vLLM 0.26.0 runs (tests/data/logs/real-compile-cache)
+    "vllm.compile_cache.dir": (
+        "Using cache directory: /tmp/ccA/torch_compile_cache/a7497f03a4/rank_0_0/backbone for "
+        "vLLM's torch.compile",
+        {"compile_cache_path": "/tmp/ccA/torch_compile_cache/a7497f03a4/rank_0_0/backbone",
+         "compile_cache_hash": "a7497f03a4"}),
+    "vllm.compile_cache.disabled": ("vLLM's torch.compile cache is disabled.",
+                                    {"compile_cache_disabled": True}),
+    "vllm.compile_cache.aot": (
+        "Directly load AOT compilation from path /tmp/ccA/torch_compile_cache/torch_aot_compile/"
+        "0ee49f3694577d325a3c19e9569094070e0929fbdf8a23b0b61dcb50ece75e23/rank_0_0/model",
+        {"aot_compile_hash": "0ee49f3694577d325a3c19e9569094070e0929fbdf8a23b0b61dcb50ece75e23",
+         "aot_compile_loaded": True}),
+    "vllm.compile_cache.graphs_loaded": (
+        "Directly load the compiled graph(s) for compile range (1, 16384) from the cache, took "
+        "0.455 s", {"compile_graphs_loaded_range": "(1, 16384)"}),
+    "vllm.compile_cache.factors": (
+        "torch.compile cache factors: env=c7c8575c1e5efecd3bc5bb3b320636c6883266d16d3603f7a4aa834"
+        "004c70007 cfg=b9c4f76d4b comp=5574fa5d0f code=694972090ee02f437f11a84902b3c02b1a7610cb4f"
+        "b9a0076dcb859f22cd23f9 dir=/tmp/ccA/torch_compile_cache/a7497f03a4/rank_0_0/backbone",
+        {"compile_env_hash": "c7c8575c1e5efecd3bc5bb3b320636c6883266d16d3603f7a4aa834004c70007",
+         "compile_config_hash": "b9c4f76d4b", "compile_compiler_hash": "5574fa5d0f",
+         "compile_code_hash": "694972090ee02f437f11a84902b3c02b1a7610cb4fb9a0076dcb859f22cd23f9"}),
     "vllm.chunked_prefill": ("Chunked prefill is enabled with max_num_batched_tokens=16384.",
                              {"max_num_batched_tokens": 16384}),
     "vllm.mamba_ssm_dtype": ("Updating mamba_ssm_cache_dtype to 'float32' for NemotronH model",

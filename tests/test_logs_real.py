@@ -133,13 +133,19 @@ def _config_of(case: str) -> Path:
     return REAL / "configs" / f"{Path(str(log.args['model'])).name}.json"
 
 
+#: what the runs' environment held that no log line says (README): the compile cache key hashes it
+RUN_ENV = ["--set", "engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda",
+           "--set", "engine_transformers=5.17.0"]
+
+
 @pytest.mark.parametrize("case", sorted(TABLE))
 def test_recon_logs_predicts_every_number_from_the_log_alone(case: str, v026: Snapshot) -> None:
-    """``recon logs LOG --snapshot S --config C``, nothing else: the flags, the GPU and the
-    entry point come from the log itself, every number the engine printed that a recipe
-    covers is predicted, and every prediction matches (the CLI's exit status 0)."""
+    """``recon logs LOG --snapshot S --config C`` and the runs' environment (README), nothing
+    else: the flags, the GPU and the entry point come from the log itself, every number the
+    engine printed that a recipe covers is predicted (the AOT compile folder too), and every
+    prediction matches (the CLI's exit status 0)."""
     cmd = [sys.executable, "-m", "recon", "logs", str(REAL / f"{case}.log"), "--snapshot",
-           str(v026.root), "--config", str(_config_of(case)), "--json"]
+           str(v026.root), "--config", str(_config_of(case)), "--json", *RUN_ENV]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     report = json.loads(res.stdout)
     rows = {c["quantity"]: c for c in report["comparisons"]}
@@ -149,7 +155,7 @@ def test_recon_logs_predicts_every_number_from_the_log_alone(case: str, v026: Sn
     row = TABLE[case]
     must = ["kv_cache_tokens", "max_concurrency", "enable_prefix_caching", "tensor_parallel_size"]
     if "eager" not in row["capture sizes: n / max (config line)"]:
-        must += ["cudagraph_capture_sizes", "max_cudagraph_capture_size"]
+        must += ["cudagraph_capture_sizes", "max_cudagraph_capture_size", "aot_compile_hash"]
         must += (["cudagraph_graphs_piecewise", "cudagraph_graphs_full"]
                  if "V2" in row["graphs profiled"] else
                  ["cudagraph_graphs_mixed", "cudagraph_graphs_decode"])

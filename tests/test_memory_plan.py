@@ -223,7 +223,10 @@ def test_logs_predicts_the_memory_section_from_the_command_line(v026: Snapshot) 
     the log's 0.1 GiB), exit 0, and the report says where the memory came from. Without the
     flag the log's figure is given to the recipes, and the report says that instead."""
     args = [sys.executable, "-m", "recon", "logs", str(H100 / "D8_serve.log"), "--snapshot",
-            str(v026.root), "--config", str(H100 / "configs" / "llama8b.json"), "--json"]
+            str(v026.root), "--config", str(H100 / "configs" / "llama8b.json"), "--json",
+            # the run's environment and transformers (README): its compile cache folder too
+            "--set", "engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda",
+            "--set", "engine_transformers=5.17.0"]
     proc = subprocess.run([*args, "--memory-plan"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-1500:]
     report = json.loads(proc.stdout)

@@ -51,7 +51,7 @@ def _root(
 
 # Verb modules, in the order their commands appear in --help.
 VERB_MODULES = ("demo", "snapshot", "index", "slice", "recipe", "probe", "diff", "hotfix", "logs",
-                "engine", "cache")
+                "engine", "compile_cache", "cache")
 
 for _name in VERB_MODULES:
     if importlib.util.find_spec(f"{__name__}.{_name}") is not None:

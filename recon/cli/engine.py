@@ -58,6 +58,7 @@ def engine_config_cmd(
     memory_plan: bool = typer.Option(False, "--memory-plan", help="vLLM without --kv-memory-gib: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1, help="With the memory plan: one prompt of N tokens, in the chunks the release's scheduler cuts, each chunk's activation peak against what is free while serving: fits, or by how much not (exit 1)."),
     draft_config: Path | None = typer.Option(None, "--draft-config", help="The draft model's config.json, where the command names the draft by a hub id (vLLM: --speculative-config's model; SGLang: --speculative-draft-model-path)."),
+    engine_transformers: str | None = typer.Option(None, "--engine-transformers", help="The transformers version installed where the engine runs (the compile cache's config hash holds it); default: the release environment's, said as an assumption."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run without the OS sandbox."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -97,7 +98,8 @@ def engine_config_cmd(
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                               env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
                               memory_plan=memory_plan, prompt_tokens=prompt_tokens,
-                              draft_config=load_config(draft_config) if draft_config else None)
+                              draft_config=load_config(draft_config) if draft_config else None,
+                              transformers_version=engine_transformers)
     data = facts.as_json()
     if as_json:
         emit_json(data)
@@ -114,6 +116,7 @@ def engine_config_cmd(
             console.print(f"{label:45} {data[key]}", markup=False)
     for name, backend in facts.attention_backends.items():
         console.print(f"{'attention backend ' + name.split(':')[0]:45} {backend}", markup=False)
+    _compile_cache_lines(facts)
     console.print(f"replaced: {', '.join(facts.replaced.get('compiled_modules', []))} "
                   f"(empty modules); device queries ({facts.gpu.key}); "
                   f"{', '.join(facts.replaced.get('in_process', []))} (in process)", markup=False)
@@ -123,6 +126,20 @@ def engine_config_cmd(
 
         print_memory_plan(data, sentence=False)
     _memory_exit(data)
+
+
+def _compile_cache_lines(facts: Any) -> None:
+    """Where the engine will keep its compiled model (the release's own key), in a few lines."""
+    cache = facts.compile_cache
+    if cache is None or cache.unavailable:
+        return
+    if cache.disabled:
+        console.print(f"{'torch.compile cache':45} off: {cache.disabled}", markup=False)
+        return
+    for key in cache.aot:  # $VLLM_CACHE_ROOT/torch_compile_cache/torch_aot_compile/<hash>
+        console.print(f"{'torch_aot_compile/ folder (' + key.tag + ')':45} {key.hash}", markup=False)
+    console.print(f"{'torch.compile key: environment, config':45} {(cache.env_hash or '-')[:16]}, "
+                  f"{cache.config_hash} (recipe vllm-compile-cache)", markup=False)
 
 
 def _memory_exit(data: dict[str, Any]) -> None:

@@ -36,6 +36,9 @@ def logs_cmd(
                                           "KV memory, KV tokens) from the command line alone "
                                           "and compare it with the log's, instead of starting "
                                           "from the log's 'Available KV cache memory'."),
+    runs: bool = typer.Option(False, "--runs",
+                              help="The log holds several start-ups (a concatenation): compare "
+                                   "their torch.compile caches (a folder of logs always is)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     markdown: Path | None = typer.Option(None, "--markdown",
                                          help="Also write the report as Markdown to this file "
@@ -46,6 +49,9 @@ def logs_cmd(
     from ..acquire.writer import write_text
     from ..logs import analyze, render_console, render_markdown
 
+    if runs or serverlog.is_dir():
+        _runs(serverlog, as_json)
+        return
     report = analyze(serverlog, snapshot=snapshot, config=config, flags=flags,
                      options=parse_sets(sets), engine=engine, memory_plan=memory_plan)
     if as_json:
@@ -61,6 +67,33 @@ def logs_cmd(
         raise typer.Exit(1)
     if report.unpredicted:
         raise typer.Exit(UNPREDICTED_EXIT)
+
+
+def _runs(path: Path, as_json: bool) -> None:
+    """Several runs: which shared a compile cache folder, and who loaded what another wrote."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..logs.runs import FIX, read_runs, reuses, run_rows, runs_json, story
+
+    found = read_runs(path)
+    if as_json:
+        emit_json(runs_json(found))
+        return
+    loaded = reuses(found)
+    console.print(f"{len(found)} runs; {len(loaded)} loaded a compile cache folder another run "
+                  "had written." if loaded else f"{len(found)} runs; none loaded a compile cache "
+                  "folder another run of these logs wrote.", markup=False)
+    table = Table(title="the torch.compile cache of each run, in time order")
+    for col in ("run", "first line", "graphs' folder", "AOT folder", "compile cache"):
+        table.add_column(col)
+    for row in run_rows(found):
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    for line in story(found):
+        console.print(line, markup=False)
+    if loaded:
+        console.print("fix: " + FIX, markup=False)
 
 
 def register(app: typer.Typer) -> None:

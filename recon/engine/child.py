@@ -110,6 +110,11 @@ def _memory() -> types.ModuleType:
     return _by_path("recon_engine_memory", os.path.join("engine", "memory_child.py"))
 
 
+def _compile() -> types.ModuleType:
+    """The compile-cache phase (``compile_child.py`` beside this file), loaded by path."""
+    return _by_path("recon_engine_compile", os.path.join("engine", "compile_child.py"))
+
+
 def _by_path(name: str, relative: str) -> types.ModuleType:
     """A standard-library-only file of recon (``relative`` to ``recon/``), loaded once by path."""
     if name not in sys.modules:
@@ -882,6 +887,7 @@ def build_layers(config: Any) -> dict[str, Any]:
     with default_dtype(model_config.dtype), torch.device("meta"), \
             gpu_tensors_on_meta(torch, placed):
         model = initialize(vllm_config=config, model_config=model_config, prefix="")
+        BUILT["draft"] = None
         draft = build_draft_layers(config, initialize)
     BUILT["model"] = model
     layers = config.compilation_config.static_forward_context
@@ -909,6 +915,7 @@ def build_draft_layers(config: Any, initialize: Callable[..., Any]) -> dict[str,
         tag = importlib.import_module("vllm.compilation.backends").set_model_tag("eagle_head")
     with tag:
         draft = initialize(vllm_config=config, model_config=draft_config, prefix="")
+    BUILT["draft"] = draft
     return {"architecture": type(draft).__name__,
             "layers": len(config.compilation_config.static_forward_context) - before}
 
@@ -1606,7 +1613,8 @@ def memory_share(cache: Any) -> float:
     return float(cache.gpu_memory_utilization)
 
 
-def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
+def worker_phase(config: Any, platform: Any, out: dict[str, Any],
+                 req: dict[str, Any] | None = None) -> None:
     """What the worker does before it captures: layers, block sizes, KV cache, CUDA graphs.
 
     Each step only where the release has it (found by looking): the block-size
@@ -1625,6 +1633,8 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
         if update is not None:
             update(config)
             out["block_size_stage"] = "worker: update_block_size_for_backend"
+        if req is not None:
+            cache_phase(config, req, out)
     except Exception as err:  # noqa: BLE001 - reported, the caller says it cannot answer
         if update is not None:
             # the release decides block sizes, KV and CUDA graphs in this phase: without it
@@ -1661,6 +1671,23 @@ def worker_phase(config: Any, platform: Any, out: dict[str, Any]) -> None:
     except Exception as err:  # noqa: BLE001 - reported: sizes stay create_engine_config's
         out["errors"].append({"stage": "cudagraph_phase", "error": f"{type(err).__name__}: "
                               f"{err}", "traceback": traceback.format_exc()[-3000:]})
+
+
+def cache_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
+    """The compile cache's folder names, as the model loader leaves the config (reported)."""
+    lap = time.monotonic()
+    try:
+        given = out.get("replaced_args") or {}
+        scratch = os.path.dirname(req["model_dir"])
+        typed = {req["model_dir"]: given.get("model"),
+                 os.path.join(scratch, "draft"): given.get("speculative_model")}
+        typed = {k: str(v) for k, v in typed.items() if v}
+        roots = (BUILT.get("model"), BUILT.get("draft"))
+        out["compile_cache"] = _compile().compile_cache(config, req, typed, roots)
+    except Exception as err:  # noqa: BLE001 - reported: no compile-cache answer
+        out["errors"].append({"stage": "compile_cache", "error": f"{type(err).__name__}: {err}",
+                              "traceback": traceback.format_exc()[-3000:]})
+    out["phases"]["compile_cache"] = round(time.monotonic() - lap, 2)
 
 
 def runner_class(config: Any) -> Any:
@@ -1987,9 +2014,30 @@ def declared_host_memory(gpu: dict[str, Any]) -> list[str]:
     return [f"psutil.virtual_memory (the declared server's {int(total) >> 30} GiB)"]
 
 
+def release_torch(req: dict[str, Any]) -> list[str]:
+    """``torch.__version__`` reads as the torch the release pins (``Requires-Dist: torch==X``).
+
+    The release checks the version it runs on (``is_torch_equal_or_newer``: Inductor's
+    runtime asserts before 2.12, AOT compile from 2.10) and hashes what follows into its
+    compile cache key; this machine's torch is another. Nothing changes where the release
+    pins none, or pins the version this torch already is.
+    """
+    import torch
+
+    pin = _compile().torch_pin(req.get("metadata"))
+    here = str(torch.__version__)
+    version, plus, local = here.partition("+")
+    if not pin or pin == version:
+        return []
+    torch.__version__ = type(torch.__version__)(pin + plus + local)
+    return [f"torch.__version__ reads {pin + plus + local} (the release's own pin; this "
+            f"machine's torch is {here})"]
+
+
 def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecords, Any]:
-    """Import hooks, the release's metadata, log capture and the virtual platform."""
+    """Import hooks, the release's metadata, the torch it pins, log capture, the virtual platform."""
     MISSING_OPS.install()
+    pinned = release_torch(req)
     finder = EmptyExtensions(list(req.get("compiled", [])))
     sys.meta_path.insert(0, finder)
     gpu_packages = GpuPackages(list(req.get("gpu_modules", [])))
@@ -2001,7 +2049,7 @@ def prepare(req: dict[str, Any]) -> tuple[EmptyExtensions, GpuPackages, LogRecor
     # torch's device queries answer before the release's platform module is imported:
     # ROCm's reads the board's architecture when imported (``gcnArchName``, 0.17)
     queries = torch_cuda_queries(dict(req["gpu"])) + triton_driver(dict(req["gpu"])) \
-        + declared_host_memory(dict(req["gpu"]))
+        + declared_host_memory(dict(req["gpu"])) + pinned
     platform = virtual_platform(dict(req["gpu"]))
     platform.recon_torch_queries = queries
     return finder, gpu_packages, handler, platform
@@ -2084,7 +2132,7 @@ def answer(req: dict[str, Any], warm: Prepared | None = None) -> dict[str, Any]:
             out.update(how)
             # the engine prints its config line here, before the runner resolves graphs
             printed = {k: v for k, v in facts(config).items() if k in CONFIG_LINE}
-            worker_phase(config, platform, out)
+            worker_phase(config, platform, out, req)
             if req.get("memory_plan") and not out["errors"]:
                 planned_memory(config, req, out)
         out["facts"] = {**facts(config), **printed, **resolved_graphs(out.get("cudagraph")),

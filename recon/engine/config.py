@@ -32,8 +32,9 @@ from ..errors import ReconError
 from ..paths import cache_dir
 from ..slicing.sandbox import Limits, Outcome, interpreter_dirs, launch
 from ..snapshots.model import Snapshot
-from . import server
+from . import compile_cache, server
 from .command import container_run, python_module, typed_environment, words
+from .compile_cache import CompileCache
 from .env import ReleaseEnv, gpu_only_modules, release_env, said_of, wheel_metadata
 from .gpus import DEFAULT_GPU, GPU, HOST_MEMORY_GIB
 from .gpus import gpu as lookup_gpu
@@ -43,6 +44,8 @@ CHILD = Path(__file__).with_name("child.py")
 STUBS = Path(__file__).parent.parent / "slicing" / "stubs.py"
 #: the memory phase the child loads by path (beside it, so the sandbox already shows it)
 MEMORY_CHILD = Path(__file__).parent / "memory_child.py"
+#: the compile-cache phase the child loads by path (beside it too)
+COMPILE_CHILD = Path(__file__).parent / "compile_child.py"
 #: the virtual machine's GPU count (the release checks world size against it)
 DEFAULT_GPU_COUNT = 8
 
@@ -78,6 +81,8 @@ class EngineFacts:
     env: dict[str, Any]
     peak_rss_mb: float = 0.0
     log: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    #: the compile cache the engine will use (None: the release or the run gave none)
+    compile_cache: CompileCache | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Identifier keys, numbers as numbers (``--json``)."""
@@ -88,6 +93,7 @@ class EngineFacts:
                 "assumptions": self.assumptions, "replaced": self.replaced,
                 "warnings": self.warnings, "seconds": self.seconds, "peak_rss_mb": self.peak_rss_mb,
                 "env": self.env,
+                "compile_cache": self.compile_cache.as_json() if self.compile_cache else None,
                 "ran": self.ran}
 
 
@@ -455,8 +461,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                   attention_backend: str | None = None, logged_args: bool = False,
                   files: dict[str, str] | None = None, memory_plan: bool = False,
                   prompt_tokens: int | None = None, timeout: float = 600.0,
-                  sandbox: bool = True, draft_config: dict[str, Any] | None = None
-                  ) -> EngineFacts:
+                  sandbox: bool = True, draft_config: dict[str, Any] | None = None,
+                  transformers_version: str | None = None) -> EngineFacts:
     """What ``snapshot``'s release decides for ``flags`` and ``config_json`` on ``gpu``.
 
     ``kv_memory_precision_gib``: how far the true memory may be from ``kv_memory_gib``
@@ -478,6 +484,8 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
     ``draft_config``: the draft model's config.json, for a ``--speculative-config`` whose
     ``model`` is a hub id or a folder this machine lacks (the release reads it from a
     scratch folder of its own; ``replaced['arguments']`` names what was typed).
+    ``transformers_version``: the transformers installed where the engine runs, which the
+    compile cache's config hash holds (default: the release environment's, said so).
     Answers are kept
     under :func:`result_key` (``RECON_ENGINE_CACHE=0`` turns that off).
 
@@ -502,7 +510,7 @@ def engine_config(snapshot: Snapshot, flags: str | list[str], config_json: dict[
                 "entry": "" if command.entry == "serve" else command.entry,
                 "memory_plan": memory_plan and kv_bytes is None,
                 "prompt_tokens": prompt_tokens if memory_plan and kv_bytes is None else None,
-                "draft_config": draft_config})
+                "draft_config": draft_config, "transformers_version": transformers_version})
     result, release_environment = _release_day_if_broken(_answered(ask, config_json), ask,
                                                          config_json)
     said = [command.assumed, image_release(command.image, snapshot)]
@@ -674,6 +682,7 @@ class _Ask:
             request = _request(self.snapshot, self.renv, self.argv, self.config_json, self.board,
                                self.gpu_count, self.usage, work)
             request["env"] = self.env or None
+            request["declared_env"] = dict(self.env)
             request["kv_memory_bytes"], request["kv_memory_range_bytes"] = self.kv
             request.update(self.options)
             # a model folder's own code runs in a cold child of its own, never in a warm
@@ -714,8 +723,8 @@ def result_key(snapshot: Snapshot, renv: ReleaseEnv, argv: list[str], config_jso
 
 def _child_digest() -> str:
     """The child's code and the files it loads: a change invalidates answers and servers."""
-    return hashlib.sha256(CHILD.read_bytes() + STUBS.read_bytes()
-                          + MEMORY_CHILD.read_bytes()).hexdigest()
+    return hashlib.sha256(b"".join(path.read_bytes() for path in
+                                   (CHILD, STUBS, MEMORY_CHILD, COMPILE_CHILD))).hexdigest()
 
 
 def cached_result(key: str | None) -> dict[str, Any] | None:
@@ -955,6 +964,7 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         raise EngineFailed(f"{snapshot.label} did not decide: {_error_text(err)}{where}{said}"
                            + then + _stood_in(result)
                            + _model_file_hint(str(err.get("error", "")), config_json))
+    cache = compile_cache.from_child(result.get("compile_cache"))
     replaced = dict(result.get("replaced", {}))
     replaced["not_installed"] = renv.record.get("not_installed", {})
     replaced["confinement"] = result.get("confinement")
@@ -968,7 +978,8 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
         logged=result.get("logged", {}),
         assumptions=_assumptions(board, explicit, count, usage) + said_of(renv.record) + _planned(result)
         + _trimmed(result) + list(result.get("assumed") or [])
-        + list((result.get("memory") or {}).get("assumptions") or []) + [f"a GPU-only package's stand-in answered true: {what}"
+        + list((result.get("memory") or {}).get("assumptions") or [])
+        + (cache.assumptions() if cache else []) + [f"a GPU-only package's stand-in answered true: {what}"
                               for what in replaced.get("gpu_package_assumptions", [])],
         replaced=replaced,
         ran=_with_digests(snapshot, result.get("ran", [])),
@@ -979,4 +990,4 @@ def _facts(snapshot: Snapshot, result: dict[str, Any], board: GPU, explicit: boo
                  "env_built": renv.built_seconds},
         peak_rss_mb=float(result.get("peak_rss_mb") or 0.0),
         env={"root": str(renv.root), "installed": len(cast(list, renv.record.get("installed", [])))},
-        log=result.get("log", []))
+        log=result.get("log", []), compile_cache=cache)

@@ -67,6 +67,10 @@ LINKS: list[Link] = [
     Link("gpu_util_current", "kv-capacity", ("gpu_memory_utilization",)),
     Link("kv_cache_tokens", "kv-capacity", ("GPU KV cache size (tokens)", "kv_cache_tokens")),
     Link("max_concurrency", "kv-capacity", ("maximum concurrency at *", "max_concurrency")),
+    # the compile cache: the release's own hash functions name the folders the engine logs
+    Link("aot_compile_hash", "vllm-compile-cache", ("aot_compile_hash",)),
+    Link("compile_env_hash", "vllm-compile-cache", ("compile_env_hash",)),
+    Link("compile_config_hash", "vllm-compile-cache", ("compile_config_hash",)),
     # SGLang: the release's own pool sizing for the free memory its log printed
     # the scheduler's line counts request tokens (the runner's logical capacity), the pool's
     # line per-rank rows: the same number unless decode context parallelism widens the first
@@ -185,6 +189,8 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
             why_not[name] = f"recipe {name} not applicable: {res.reason}"
             continue
         report.recipes[name] = "ran"
+        for q, reason in (res.values.get("unpredicted") or {}).items():
+            why_not[f"{name}:{q}"] = f"recipe {name}: not a prediction: {reason}"
         if name in checks:
             report.checks += [{"recipe": name, "level": f.level, "text": f.text}
                               for f in res.findings if f.level != "info"]
@@ -199,7 +205,8 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
                 ranges.pop(q, None)  # the plan's accuracy, not the log's rounding
             if isinstance(bounds, list) and len(bounds) == 2:
                 ranges.setdefault(q, (float(min(bounds)), float(max(bounds))))
-    report.recipes.update({k: v for k, v in why_not.items() if k not in report.recipes})
+    report.recipes.update({k: v for k, v in why_not.items()
+                           if k not in report.recipes and ":" not in k})
     report.comparisons = _compare(log, predicted, why_not, engine, ranges, links, memory_plan)
 
 
@@ -254,7 +261,7 @@ def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
                                    "match" if ok else "mismatch", note))
         elif obs is not None:
             link = next((lk for lk in links if lk.quantity == q and lk.engine == engine), None)
-            why = why_not.get(link.recipe) if link else None
+            why = (why_not.get(f"{link.recipe}:{q}") or why_not.get(link.recipe)) if link else None
             note = why or (f"recipe {link.recipe} gave no value for it" if link else "")
             rows.append(Comparison(q, label, obs.value, obs.line, None,
                                    link.recipe if link else None, None, "no prediction", note))

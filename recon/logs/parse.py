@@ -313,6 +313,9 @@ def _observe(log: ServerLog, name: str, value: Any, ev: Event, raw: str | None,
         return
     if all(repr(s["value"]) != repr(value) for s in obs.seen):
         obs.seen.append(seen)
-    # the last start-up's value is the one that describes the running server
+    # the last start-up's value is the one that describes the running server (its first, for a
+    # quantity a drafter prints again after the main model)
+    if q is not None and q.first and obs.line >= last_start:
+        return
     if ev.line >= last_start or obs.line < last_start:
         obs.value, obs.line, obs.raw = value, ev.line, raw

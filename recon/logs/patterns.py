@@ -296,6 +296,31 @@ PATTERNS: list[LinePattern] = [
     LinePattern("vllm.mamba_padding", "vllm", "startup",
                 _r(r"Padding mamba page size by (?P<mamba_padding_pct>\d+(?:\.\d+)?)%"),
                 "source 0.10.2, 0.29.0-0.33.0"),
+    # ---- vLLM: the torch.compile cache ---------------------------------------------------
+    LinePattern("vllm.compile_cache.dir", "vllm", "startup",
+                _r(r"Using cache directory: (?P<compile_cache_path>\S*?torch_compile_cache/"
+                   r"(?P<compile_cache_hash>[0-9a-f]{6,64})/\S*) for vLLM's torch\.compile"),
+                "source 0.26.0 (VllmBackend.__call__); real H100/H200 logs"),
+    LinePattern("vllm.compile_cache.disabled", "vllm", "startup",
+                _r(r"(?P<compile_cache_disabled>vLLM's torch\.compile cache is disabled)"),
+                "source 0.26.0 (VllmBackend.__call__)", convert=lambda m: {
+                    "compile_cache_disabled": True}),
+    LinePattern("vllm.compile_cache.aot", "vllm", "startup",
+                _r(r"(?P<aot_compile_action>saved AOT compiled function to|Directly load AOT "
+                   r"compilation from path) \S*?torch_aot_compile/(?P<aot_compile_hash>[0-9a-f]{64})/"),
+                "source 0.26.0 (decorators: the AOT save and load lines); real H100/H200 logs",
+                convert=lambda m: {"aot_compile_hash": m.group("aot_compile_hash"),
+                                   "aot_compile_loaded": m.group("aot_compile_action") != "saved AOT "
+                                   "compiled function to"}),
+    LinePattern("vllm.compile_cache.graphs_loaded", "vllm", "startup",
+                _r(r"Directly load the compiled graph\(s\) for (?:compile range|shape) "
+                   r"(?P<compile_graphs_loaded_range>\S+(?: \d+\))?) from the cache"),
+                "source 0.26.0 (CompilerManager.load); real H100/H200 logs"),
+    LinePattern("vllm.compile_cache.factors", "vllm", "startup",
+                _r(r"torch\.compile cache factors: env=(?P<compile_env_hash>[0-9a-f]+) "
+                   r"cfg=(?P<compile_config_hash>[0-9a-f]+) comp=(?P<compile_compiler_hash>[0-9a-f]+) "
+                   r"code=(?P<compile_code_hash>[0-9a-f]+)"),
+                "source 0.26.0 (VllmBackend.__call__, at VLLM_LOGGING_LEVEL=DEBUG); real H100 logs"),
     # ---- vLLM: memory, KV capacity ------------------------------------------------------
     LinePattern("vllm.model_load", "vllm", "startup",
                 _r(r"Model loading took (?P<model_load_gib>\d+(?:\.\d+)?) GiB(?: memory)? and "
@@ -520,5 +545,6 @@ _PREFILTER = re.compile(
     r"KV cache|concurrency|blocks:|CUDA graph|Graph capturing|Capturing|gpu-memory-utilization|"
     r"SpecDecoding|Speculative metrics|throughput|Load weight|Cache is allocated|Memory pool|"
     r"max_running_requests|max_total_num_tokens|cuda graph|graph end|batch|fired up|startup complete|"
-    r"Free memory on device|device_name=|Chunked prefill|mamba_ssm_cache_dtype"
+    r"Free memory on device|device_name=|Chunked prefill|mamba_ssm_cache_dtype|torch\.compile|"
+    r"AOT compil|from the cache"
 )

@@ -15,6 +15,9 @@ class Quantity:
     label: str
     unit: str = ""
     kind: str = "float"  # int / float / str / ints / bool / raw
+    #: a start-up's first value is the one it describes (a drafter prints the same line after
+    #: the main model: its own compile cache folders)
+    first: bool = False
 
 
 #: Every quantity a pattern can fill: name -> label, unit, type.
@@ -71,6 +74,17 @@ QUANTITIES: dict[str, Quantity] = {
     "gpu_util_suggested": Quantity("utilization the engine suggests"),
     "model_load_gib": Quantity("model weights", "GiB"),
     "model_load_secs": Quantity("model load time", "s"),
+    # the torch.compile cache (vLLM)
+    "compile_cache_path": Quantity("torch.compile cache folder", kind="str", first=True),
+    "compile_cache_hash": Quantity("torch.compile cache folder name", kind="str", first=True),
+    "compile_cache_disabled": Quantity("torch.compile cache disabled", kind="bool"),
+    "aot_compile_hash": Quantity("AOT-compiled model folder name", kind="str", first=True),
+    "aot_compile_loaded": Quantity("AOT-compiled model loaded from the cache", kind="bool", first=True),
+    "compile_graphs_loaded_range": Quantity("compiled graphs loaded from the cache", kind="str"),
+    "compile_env_hash": Quantity("compile cache: environment hash", kind="str", first=True),
+    "compile_config_hash": Quantity("compile cache: config hash", kind="str", first=True),
+    "compile_compiler_hash": Quantity("compile cache: compiler hash", kind="str", first=True),
+    "compile_code_hash": Quantity("compile cache: traced code hash", kind="str", first=True),
     # KV capacity (vLLM)
     "available_kv_cache_memory_gib": Quantity("available KV cache memory", "GiB"),
     "kv_cache_tokens": Quantity("KV cache size", "tokens", "int"),

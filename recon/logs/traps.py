@@ -187,7 +187,34 @@ def _spec_collapse(log: ServerLog) -> list[Trap]:
         text += f"; positions {dead} are near zero"
     text += (" (windowed metric). Once, a collapse like this was a shared compile cache "
              "poisoned by a failed run; rerun with a clean cache directory before blaming kernels.")
+    loaded = _loaded_from_cache(log)
+    if loaded:
+        text += f" This run did load its compiled model from the cache: {loaded}."
     return [Trap("spec-acceptance-low", "warn", text, [wins[0]["line"], wins[-1]["line"]])]
+
+
+def _loaded_from_cache(log: ServerLog) -> str | None:
+    """Where this run loaded compiled artefacts another run wrote (None: it compiled its own)."""
+    aot = log.observed.get("aot_compile_loaded")
+    graphs = log.observed.get("compile_graphs_loaded_range")
+    if not (aot and aot.value) and graphs is None:
+        return None
+    folder = log.observed.get("compile_cache_path")
+    where = f"{folder.value} (line {folder.line})" if folder else "its cache folder"
+    return f"{where}, written by an earlier run"
+
+
+def _compile_cache_loaded(log: ServerLog) -> list[Trap]:
+    loaded = _loaded_from_cache(log)
+    if loaded is None:
+        return []
+    obs = log.observed.get("aot_compile_loaded") or log.observed.get("compile_graphs_loaded_range")
+    return [Trap("compile-cache-loaded", "info",
+                 f"this run loaded its compiled model from {loaded}, not compiling its own: "
+                 "runs whose settings differ only where the release's key leaves them out "
+                 "share it. If outputs or speculative acceptance look wrong, rerun with a fresh "
+                 "VLLM_CACHE_ROOT; `recon logs DIR` on the runs' logs names the run that wrote it "
+                 "and what differed.", [obs.line] if obs else [])]
 
 
 def _mamba_cap(log: ServerLog) -> list[Trap]:
@@ -223,7 +250,7 @@ def _ranks_disagree(log: ServerLog) -> list[Trap]:
 
 CHECKS: list[Callable[[ServerLog], list[Trap]]] = [
     _align_implicit, _capture_rounded, _long_context, _util_hint, _prefix_caching_ignored,
-    _spec_collapse, _mamba_cap, _restarts, _ranks_disagree,
+    _spec_collapse, _mamba_cap, _restarts, _ranks_disagree, _compile_cache_loaded,
 ]
 
 

@@ -47,7 +47,7 @@ from .flags import flag_hints
 
 #: the options :func:`engine_facts` reads (every engine-backed recipe accepts them all)
 ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count",
-                  "prompt_tokens", "draft_config")
+                  "prompt_tokens", "draft_config", "engine_env", "engine_transformers")
 
 #: the model assumed when no config.json is given (capture sizes need a model, not its size)
 ASSUMED_MODEL = Path(__file__).with_name("assumed_model.json")
@@ -83,9 +83,27 @@ def engine_request(ctx: RecipeContext) -> dict[str, Any]:
                                or prompt < 1):
         raise ReconError(f"--set prompt_tokens: a positive number of tokens, got {prompt!r}")
     draft = opts.get("draft_config")
+    transformers = opts.get("engine_transformers")
+    if transformers is not None and not isinstance(transformers, (str, int, float)):
+        raise ReconError(f"--set engine_transformers: a version such as 5.17.0, got {transformers!r}")
     return {"gpu": opts.get("gpu"), "usage": usage, "kv_memory_gib": gib, "gpu_count": count,
             "attention_backend": backend, "prompt_tokens": prompt,
-            "draft_config": load_model_config(str(draft)) if draft is not None else None}
+            "draft_config": load_model_config(str(draft)) if draft is not None else None,
+            "env": engine_env(opts.get("engine_env")),
+            "transformers": None if transformers is None else str(transformers)}
+
+
+def engine_env(value: Any) -> dict[str, str]:
+    """``--set engine_env``: a JSON object, or ``NAME=VALUE`` pairs split by commas."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    pairs = [p.strip() for p in str(value).split(",") if p.strip()]
+    if not isinstance(value, str) or any("=" not in p or p.startswith("=") for p in pairs):
+        raise ReconError(f"--set engine_env: NAME=VALUE pairs split by commas, or a JSON object, "
+                         f"got {value!r}")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan: bool = False
@@ -128,7 +146,8 @@ def engine_facts(ctx: RecipeContext, *, assume_model: bool = False, memory_plan:
                                            logged_args=logged, memory_plan=memory_plan,
                                            prompt_tokens=req["prompt_tokens"]
                                            if memory_plan else None,
-                                           draft_config=req["draft_config"])
+                                           draft_config=req["draft_config"], env=req["env"],
+                                           transformers_version=req["transformers"])
         except ReconError as err:
             if ctx.config is not None:
                 raise

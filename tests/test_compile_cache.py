@@ -1,0 +1,104 @@
+"""The compile cache a real vLLM engine used, named by recon from the command line alone.
+
+Expected values are the engine's own lines: ``Using cache directory``, ``saved AOT compiled
+function to`` / ``Directly load AOT compilation from path`` and, at DEBUG logging, the
+``torch.compile cache factors`` line, in logs of real vLLM 0.26.0 engines
+(``tests/data/logs/real-compile-cache/``: an H100, seven runs sharing two cache roots;
+``tests/data/logs/real/``: an H200). recon reads only each log's argument line, the model's
+config.json, the environment the runs had (their README) and the transformers they had.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recon.logs import analyze
+from recon.snapshots.model import Snapshot
+
+DATA = Path(__file__).parent / "data" / "logs"
+CC = DATA / "real-compile-cache"
+LLAMA = DATA / "real" / "configs" / "llama.json"
+#: the environment of every run (the READMEs): the device image's CUDA_HOME and the driver's
+#: sampler switch; the H100 runs logged at DEBUG
+H200_ENV = "VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda"
+H100_ENV = H200_ENV + ",VLLM_LOGGING_LEVEL=DEBUG"
+CASE_ENV = {"cc_f32high": ",VLLM_FLOAT32_MATMUL_PRECISION=high"}
+CC_CASES = sorted(p.stem for p in CC.glob("*.log"))
+
+
+@pytest.fixture(scope="module")
+def v026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
+    return pip_snapshot("vllm==0.26.0")
+
+
+def _engine_lines(path: Path) -> dict[str, str]:
+    """The cache lines the engine printed, read here with a regex of the test's own."""
+    text = path.read_text(encoding="utf-8")
+    out = {}
+    for key, pattern in (("aot", r"torch_aot_compile/([0-9a-f]{64})/"),
+                         ("folder", r"torch_compile_cache/([0-9a-f]{10})/rank_0_0/backbone"),
+                         ("env", r"cache factors: env=([0-9a-f]+)"),
+                         ("cfg", r"cache factors: env=[0-9a-f]+ cfg=([0-9a-f]+)")):
+        found = re.search(pattern, text)
+        if found:
+            out[key] = found.group(1)
+    return out
+
+
+def _report(path: Path, snapshot: Snapshot, env: str, gpu: str) -> dict[str, tuple[object, object, str]]:
+    report = analyze(path, snapshot=snapshot, config=LLAMA,
+                     options={"gpu": gpu, "usage": "llm", "engine_env": env,
+                              "engine_transformers": "5.17.0"})
+    return {c.quantity: (c.observed, c.predicted, c.status) for c in report.comparisons}
+
+
+@pytest.mark.parametrize("case", CC_CASES)
+def test_each_factor_and_the_aot_folder_are_the_engines(case: str, v026: Snapshot) -> None:
+    engine = _engine_lines(CC / f"{case}.log")
+    rows = _report(CC / f"{case}.log", v026, H100_ENV + CASE_ENV.get(case, ""), "h100")
+    assert rows["compile_env_hash"][:2] == (engine["env"], engine["env"])
+    assert rows["compile_config_hash"][:2] == (engine["cfg"], engine["cfg"])
+    if "aot" in engine:  # the killed run never saved one
+        assert rows["aot_compile_hash"] == (engine["aot"], engine["aot"], "match")
+    else:  # recon names the folder the run would have saved; the log has none to compare
+        assert rows["aot_compile_hash"][0] is None and rows["aot_compile_hash"][2] == "not in log"
+
+
+#: H200 runs (tests/data/logs/real): pairs that shared a folder and pairs that did not, LLM
+#: and `vllm serve`, a drafter with its own compiled module (Q_mtp1)
+H200_CASES = ["L_default", "L_seqs1024", "L_ngram1", "L_ngram3", "L_serve", "Q_mtp1"]
+
+
+@pytest.mark.parametrize("case", H200_CASES)
+def test_the_aot_folder_of_h200_runs(case: str, v026: Snapshot) -> None:
+    path = DATA / "real" / f"{case}.log"
+    config = {"L": LLAMA, "Q": DATA / "real" / "configs" / "qwen3next.json"}[case[0]]
+    report = analyze(path, snapshot=v026, config=config,
+                     options={"gpu": "h200", "engine_env": H200_ENV,
+                              "engine_transformers": "5.17.0"})
+    rows = {c.quantity: c for c in report.comparisons}
+    engine = _engine_lines(path)["aot"]
+    assert (rows["aot_compile_hash"].observed, rows["aot_compile_hash"].status) == \
+        (engine, "match"), rows["aot_compile_hash"].note
+
+
+def test_runs_share_a_folder_exactly_when_recon_says_so(v026: Snapshot) -> None:
+    """Every pair of the H100 runs with an AOT folder: same predicted folder iff same logged."""
+    predicted, logged = {}, {}
+    for case in CC_CASES:
+        engine = _engine_lines(CC / f"{case}.log")
+        if "aot" not in engine:
+            continue
+        rows = _report(CC / f"{case}.log", v026, H100_ENV + CASE_ENV.get(case, ""), "h100")
+        predicted[case], logged[case] = rows["aot_compile_hash"][1], engine["aot"]
+    pairs = list(itertools.combinations(sorted(predicted), 2))
+    assert len(pairs) >= 10
+    shared = [(a, b) for a, b in pairs if logged[a] == logged[b]]
+    assert shared and len(shared) < len(pairs)  # both kinds of pair are in the data
+    for a, b in pairs:
+        assert (predicted[a] == predicted[b]) == (logged[a] == logged[b]), (a, b)
