@@ -87,6 +87,23 @@ def test_the_aot_folder_of_h200_runs(case: str, v026: Snapshot) -> None:
         (engine, "match"), rows["aot_compile_hash"].note
 
 
+H100 = DATA / "real-h100"
+H100_RUNS = {"D8_serve": "llama8b", "D8_u95_b16k": "llama8b", "P8_b8k": "llama8b",
+             "H36_serve": "qwen36moe", "H36_seqs64": "qwen36moe", "P36_b8k": "qwen36moe"}
+
+
+@pytest.mark.parametrize("case", sorted(H100_RUNS))
+def test_the_aot_folder_of_full_size_h100_runs(case: str, v026: Snapshot) -> None:
+    """Llama-3.1-8B and the Qwen3.6-35B-A3B hybrid MoE (``--language-model-only``), served and
+    in process: the folder the engine saved its compiled model in, from the log's flags."""
+    report = analyze(H100 / f"{case}.log", snapshot=v026,
+                     config=H100 / "configs" / f"{H100_RUNS[case]}.json",
+                     options={"engine_env": H200_ENV, "engine_transformers": "5.17.0"})
+    row = next(c for c in report.comparisons if c.quantity == "aot_compile_hash")
+    assert (row.observed, row.status) == (_engine_lines(H100 / f"{case}.log")["aot"], "match"), \
+        row.note
+
+
 def test_runs_share_a_folder_exactly_when_recon_says_so(v026: Snapshot) -> None:
     """Every pair of the H100 runs with an AOT folder: same predicted folder iff same logged."""
     predicted, logged = {}, {}
@@ -102,3 +119,32 @@ def test_runs_share_a_folder_exactly_when_recon_says_so(v026: Snapshot) -> None:
     assert shared and len(shared) < len(pairs)  # both kinds of pair are in the data
     for a, b in pairs:
         assert (predicted[a] == predicted[b]) == (logged[a] == logged[b]), (a, b)
+
+
+#: the H100 runs' own kwargs as `vllm serve` flags (their CASE lines)
+FLAGS = {"cc_base": "", "cc_gmu05": "--gpu-memory-utilization 0.5",
+         "cc_seqs64": "--max-num-seqs 64",
+         "cc_ngram3": "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                      "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}'"}
+BASE = ("vllm serve /work/main/bench/gpu_engine/models/llama --load-format dummy "
+        "--skip-tokenizer-init --max-model-len 4096 ")
+
+
+@pytest.mark.parametrize("other", ["cc_gmu05", "cc_seqs64", "cc_ngram3"])
+def test_two_command_lines_share_a_folder_exactly_when_the_engines_did(other: str,
+                                                                       v026: Snapshot) -> None:
+    from recon.recipes import run_recipe
+
+    res = run_recipe("vllm-compile-cache", v026, config=LLAMA, flags=BASE + FLAGS["cc_base"],
+                     options={"gpu": "h100", "usage": "llm", "engine_env": H100_ENV,
+                              "engine_transformers": "5.17.0",
+                              "other_flags": BASE + FLAGS[other]})
+    engine_same = _engine_lines(CC / f"{other}.log")["aot"] == _engine_lines(CC / "cc_base.log")["aot"]
+    assert res.values["shares_compile_cache"] is engine_same
+    assert res.values["other_aot_compile_hash"] == _engine_lines(CC / f"{other}.log")["aot"]
+    if engine_same:  # the setting that differs is one each part's hash leaves out
+        assert res.values["differing_config_parts"] == []
+        assert "gpu_memory_utilization" in res.values["differing_settings"]
+        assert any(f.level == "warn" and "share one compile cache" in f.text for f in res.findings)
+    else:
+        assert res.values["differing_config_parts"]

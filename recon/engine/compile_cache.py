@@ -51,6 +51,10 @@ class CompileCache:
     model_paths: tuple[str, ...] = ()
     #: the factors of the graphs' folder (``torch_compile_cache/<10 hex>``) not computed here
     not_computed: dict[str, str] = field(default_factory=dict)
+    #: each config part's own hash (``<part>.compute_hash()``)
+    parts: dict[str, str] = field(default_factory=dict)
+    #: per part, the fields its hash leaves out (the release asked, field by field)
+    left_out: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def aot_for(self, tag: str = "backbone") -> AotKey | None:
         return next((k for k in self.aot if k.tag == tag), None)
@@ -61,8 +65,9 @@ class CompileCache:
             said.append("compile cache: the release pins no exact torch; the defaults that "
                         "depend on it were read with this machine's torch")
         if not self.env:
-            said.append("compile cache: the engine's environment sets no variable the release "
-                        "hashes (engine-config --env NAME=VALUE, recipes --set engine_env=...)")
+            said.append("compile cache: the engine's environment is taken to set no variable "
+                        "the release hashes (engine-config --env NAME=VALUE, recipes --set "
+                        "engine_env=...)")
         if self.transformers_assumed:
             said.append(f"compile cache: the engine's transformers is {self.transformers_version} "
                         "(the release environment's); the config hash holds the model config "
@@ -81,7 +86,8 @@ class CompileCache:
                 "env": self.env, "transformers_version": self.transformers_version,
                 "transformers_assumed": self.transformers_assumed,
                 "home_assumed": self.home_assumed, "model_paths": list(self.model_paths),
-                "not_computed": self.not_computed}
+                "not_computed": self.not_computed, "parts": self.parts,
+                "left_out": {k: list(v) for k, v in self.left_out.items()}}
 
 
 def _text(value: Any, limit: int = 400) -> str | None:
@@ -116,4 +122,8 @@ def from_child(data: Any) -> CompileCache | None:
         transformers_assumed=data.get("transformers_assumed") is not False,
         home_assumed=_text(data.get("home_assumed"), 400),
         model_paths=tuple(str(p)[:1000] for p in paths),
-        not_computed={str(k)[:40]: str(v)[:400] for k, v in not_computed.items()})
+        not_computed={str(k)[:40]: str(v)[:400] for k, v in not_computed.items()},
+        parts={str(k)[:60]: h for k, v in _of(data.get("config_parts"), dict).items()
+               if (h := _hex(v))},
+        left_out={str(k)[:60]: tuple(str(f)[:80] for f in _of(v.get("left_out"), list))
+                  for k, v in _of(data.get("excluded"), dict).items() if isinstance(v, dict)})

@@ -172,6 +172,66 @@ def config_parts(config: Any) -> dict[str, str]:
     return parts
 
 
+#: stands for "no other value to try" (the field's type is not one recon perturbs)
+_SAME = object()
+
+
+def _other(value: Any) -> Any:
+    """Another value of the same kind, to see whether the release's hash reads the field."""
+    import enum
+
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 0.5
+    if isinstance(value, str):
+        return value + "~"
+    if isinstance(value, enum.Enum):
+        others = [m for m in type(value) if m is not value]
+        return others[0] if others else _SAME
+    if isinstance(value, list):
+        return [*value, value[-1]] if value else [1]
+    if isinstance(value, dict):
+        return {**value, "~": 1}
+    return _SAME
+
+
+def excluded_fields(config: Any, parts: dict[str, str]) -> dict[str, dict[str, list[str]]]:
+    """Per config part, the fields its ``compute_hash`` leaves out, found by asking it.
+
+    Each field of each part is given another value on a copy, and the part's own
+    ``compute_hash`` says whether that changes its hash: the release's rule, read by
+    running it, never typed. Fields with no value to try (objects, None) are ``untested``.
+    """
+    import copy
+    import dataclasses
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, base in parts.items():
+        part = getattr(config, name, None)
+        if part is None or not dataclasses.is_dataclass(part):
+            continue
+        left, untested = [], []
+        for f in dataclasses.fields(part):
+            other = _other(getattr(part, f.name, None))
+            if other is _SAME:
+                untested.append(f.name)
+                continue
+            probe: Any = copy.copy(part)
+            try:
+                object.__setattr__(probe, f.name, other)
+                changed = str(probe.compute_hash()) != base
+            except Exception:  # noqa: BLE001 - a value the part cannot hash: not known
+                untested.append(f.name)
+                continue
+            if not changed:
+                left.append(f.name)
+        out[name] = {"left_out": left, "untested": untested}
+    return out
+
+
 def compile_cache(config: Any, req: dict[str, Any], typed: dict[str, str],
                   roots: tuple[Any, ...]) -> dict[str, Any]:
     """The compile cache's factors and folder names for this engine (see the module docstring).
@@ -199,5 +259,6 @@ def compile_cache(config: Any, req: dict[str, Any], typed: dict[str, str],
         out["env_hash"] = utils.hash_factors(out["env_factors"])
         out["config_hash"] = config.compute_hash()
         out["config_parts"] = config_parts(config)
+        out["excluded"] = excluded_fields(config, out["config_parts"])
         out["aot"] = aot_keys(config, compiled_modules(*roots))
     return out

@@ -47,7 +47,8 @@ from .flags import flag_hints
 
 #: the options :func:`engine_facts` reads (every engine-backed recipe accepts them all)
 ENGINE_OPTIONS = ("gpu", "attention_backend", "available_kv_gib", "usage", "gpu_count",
-                  "prompt_tokens", "draft_config", "engine_env", "engine_transformers")
+                  "prompt_tokens", "draft_config", "engine_env", "engine_transformers",
+                  "other_flags")
 
 #: the model assumed when no config.json is given (capture sizes need a model, not its size)
 ASSUMED_MODEL = Path(__file__).with_name("assumed_model.json")

@@ -13,11 +13,13 @@ Options (``--set``): ``engine_env`` (the engine's environment: a JSON object or
 ``VLLM_LOGGING_LEVEL=DEBUG`` turns Inductor's runtime asserts on before torch 2.12,
 which changes the config hash), ``engine_transformers`` (the transformers version
 where the engine runs: the model config's JSON, which the config hash holds, names it),
-``gpu``, ``usage``.
+``other_flags`` (a second command line for the same model, board and environment: do
+the two share a folder, and what differs between them), ``gpu``, ``usage``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...engine.compile_cache import CompileCache
@@ -83,6 +85,49 @@ def table_of(cache: CompileCache) -> Table:
                  ["factor", "hash", "from"], rows)
 
 
+def left_out_table(cache: CompileCache) -> Table:
+    rows = [[part, ", ".join(fields)] for part, fields in sorted(cache.left_out.items()) if fields]
+    return Table("left out of each config part's own hash (the release asked, field by field); "
+                 "such a field still changes the key where it changes a hashed one "
+                 "(max_num_seqs -> capture sizes)", ["part", "fields"], rows)
+
+
+def compare_with(ctx: RecipeContext, cache: CompileCache, facts: Any,
+                 res: RecipeResult) -> None:
+    """``--set other_flags=...``: the same model, board and environment, another command line."""
+    other_ctx = dataclasses.replace(ctx, given=str(ctx.options["other_flags"]))
+    other_facts, _ = engine_facts(other_ctx)
+    other = other_facts.compile_cache
+    if other is None:
+        raise NotApplicable("the other command line gave no compile-cache answer")
+    ours, theirs = cache.aot_for("backbone"), other.aot_for("backbone")
+    same = ours is not None and theirs is not None and ours.hash == theirs.hash
+    parts = sorted(k for k in set(cache.parts) | set(other.parts)
+                   if cache.parts.get(k) != other.parts.get(k))
+    settings = {k: (facts.facts.get(k), other_facts.facts.get(k)) for k in sorted(facts.facts)
+                if k in other_facts.facts and facts.facts.get(k) != other_facts.facts.get(k)
+                and not k.endswith(("_logged", "_resolved", "_stage"))}
+    res.values["shares_compile_cache"] = same
+    res.values["other_aot_compile_hash"] = theirs.hash if theirs else None
+    res.values["differing_config_parts"] = parts
+    res.values["differing_settings"] = {k: list(v) for k, v in settings.items()}
+    said = ", ".join(f"{k} {_short(a)} vs {_short(b)}" for k, (a, b) in list(settings.items())[:6]) \
+        or "nothing the release reports"
+    if same:
+        res.findings.append(Finding("warn", f"the two command lines share one compile cache "
+                                            f"folder although they differ ({said}): the release "
+                                            "leaves those out of its key"))
+    else:
+        res.findings.append(Finding("info", f"the two command lines use different folders: "
+                                            f"their {', '.join(parts) or 'environment'} hash "
+                                            f"differs ({said})"))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 32 else text[:29] + "..."
+
+
 def run(ctx: RecipeContext) -> RecipeResult:
     facts, said = engine_facts(ctx)
     cache = facts.compile_cache
@@ -101,6 +146,10 @@ def run(ctx: RecipeContext) -> RecipeResult:
                                     + ", ".join(sorted(assumed)) + " (" +
                                     "; ".join(sorted(set(assumed.values()))) + ")"))
     res.tables.append(table_of(cache))
+    if cache.left_out:
+        res.tables.append(left_out_table(cache))
+    if ctx.options.get("other_flags"):
+        compare_with(ctx, cache, facts, res)
     if cache.disabled:
         res.findings.append(Finding("info", f"the engine will not use a compile cache: "
                                             f"{cache.disabled}"))
