@@ -11,6 +11,7 @@ config.json, the environment the runs had (their README) and the transformers th
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -148,3 +149,29 @@ def test_two_command_lines_share_a_folder_exactly_when_the_engines_did(other: st
         assert any(f.level == "warn" and "share one compile cache" in f.text for f in res.findings)
     else:
         assert res.values["differing_config_parts"]
+
+
+#: what each release's own source says (read by hand): 0.10.2 hashes a listed set of variables
+#: (envs.compute_hash) and has no AOT cache (no vllm/compilation/caching.py); 0.19.0 pins torch
+#: 2.10.0, where AOT compile is on by default and the "mega" artifact (torch >= 2.12) is not;
+#: 0.33.0 pins torch 2.14.0, where the mega artifact is on and its AOT key holds Inductor's
+#: hash of the board's build, which only the engine's machine has
+RELEASES = {"0.10.2": ("no vllm.compilation.caching", False),
+            "0.19.0": (None, True),
+            "0.33.0": ("VLLM_USE_MEGA_AOT_ARTIFACT", False)}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_each_release_its_own_key(release: str, pip_snapshot: Callable[..., Snapshot]) -> None:
+    from recon.engine.config import engine_config
+
+    facts = engine_config(pip_snapshot(f"vllm=={release}"), "vllm serve /m/llama --max-model-len 4096",
+                          json.loads(LLAMA.read_text()), gpu="h100")
+    cache = facts.compile_cache
+    assert cache is not None and cache.unavailable is None
+    assert cache.env_hash and cache.config_hash
+    missing, has_aot = RELEASES[release]
+    assert bool(cache.aot) is has_aot
+    if missing:
+        assert missing in (cache.aot_missing or "")
+    assert not [w for w in facts.warnings if w.get("stage") == "compile_cache"]

@@ -123,7 +123,10 @@ def compiled_modules(*roots: Any) -> list[tuple[str, Any]]:
 def aot_keys(config: Any, modules: list[tuple[str, Any]]) -> list[dict[str, Any]] | str:
     """The AOT-compiled function's folder per compiled module, as the release names it."""
     envs = importlib.import_module("vllm.envs")
-    caching = importlib.import_module("vllm.compilation.caching")
+    try:
+        caching = importlib.import_module("vllm.compilation.caching")
+    except ImportError:
+        return "this release has no AOT compile cache (no vllm.compilation.caching)"
     decorators = importlib.import_module("vllm.compilation.decorators")
     factors_of = getattr(caching, "aot_compile_hash_factors", None)
     key_of = getattr(decorators, AOT_KEY, None)
@@ -238,7 +241,6 @@ def compile_cache(config: Any, req: dict[str, Any], typed: dict[str, str],
 
     ``typed``: each scratch folder recon gave the release -> the model name the user typed.
     """
-    utils = importlib.import_module("vllm.config.utils")
     envs = importlib.import_module("vllm.envs")
     pin = torch_pin(req.get("metadata"))
     declared = dict(req.get("declared_env") or {})
@@ -246,8 +248,9 @@ def compile_cache(config: Any, req: dict[str, Any], typed: dict[str, str],
                            "home_assumed": None if "HOME" in declared else DEFAULT_HOME,
                            "model_paths": sorted(set(typed.values())),
                            "not_computed": dict(NOT_HERE)}
-    if not hasattr(envs, "compile_factors"):
-        out["unavailable"] = "this release has no envs.compile_factors (its key is not known here)"
+    if not hasattr(envs, "compile_factors") and not hasattr(envs, "compute_hash"):
+        out["unavailable"] = ("this release has neither envs.compile_factors nor envs.compute_hash "
+                              "(its key is not known here)")
         return out
     engine_transformers = req.get("transformers_version")
     out["transformers_version"] = engine_transformers or _installed("transformers")
@@ -255,8 +258,12 @@ def compile_cache(config: Any, req: dict[str, Any], typed: dict[str, str],
     with engine_process({"HOME": DEFAULT_HOME, **declared}), model_paths(config, typed), \
             transformers_version(engine_transformers):
         out["disabled"] = cache_disabled(config)
-        out["env_factors"] = envs.compile_factors()
-        out["env_hash"] = utils.hash_factors(out["env_factors"])
+        if hasattr(envs, "compile_factors"):  # 0.11 on: every variable, minus a list
+            out["env_factors"] = envs.compile_factors()
+            utils = importlib.import_module("vllm.config.utils")
+            out["env_hash"] = utils.hash_factors(out["env_factors"])
+        else:  # 0.10: the variables the release lists, hashed its own way
+            out["env_hash"] = envs.compute_hash()
         out["config_hash"] = config.compute_hash()
         out["config_parts"] = config_parts(config)
         out["excluded"] = excluded_fields(config, out["config_parts"])
