@@ -3,8 +3,10 @@
     python3 bench/gpu_engine/compare_logs.py [--json results.json] > table.md
 
 Each log goes through ``recon.logs.analyze`` as a user would run ``recon logs LOG --snapshot
-pip:vllm==0.26.0 --config CONFIG``: the flags, the GPU, the entry point and the available KV
-memory come from the log itself. Prints one Markdown row per run (engine | recon for each
+pip:vllm==0.26.0 --config CONFIG`` plus what the runs' environment held that no log line says
+(``--set engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda --set
+engine_transformers=5.17.0``, the README's: the compile cache key holds them): the flags, the GPU,
+the entry point and the available KV memory come from the log itself. Prints one Markdown row per run (engine | recon for each
 quantity, the verdict, the seconds it took) and, with ``--json``, every comparison.
 """
 
@@ -23,6 +25,9 @@ from recon.logs import analyze  # noqa: E402
 from recon.snapshots.cache import ensure_snapshot  # noqa: E402
 
 REAL = Path(__file__).resolve().parents[2] / "tests" / "data" / "logs" / "real"
+#: the runs' environment and transformers (tests/data/logs/real/README.md)
+RUN_ENV = {"engine_env": "VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda",
+           "engine_transformers": "5.17.0"}
 COLUMNS = [("block / padding", ("attention_block_size", "mamba_padding_pct")),
            ("capture sizes n / max", ("cudagraph_capture_sizes", "max_cudagraph_capture_size")),
            ("graphs (mixed+decode or PIECEWISE+FULL)", ("cudagraph_graphs_mixed",
@@ -62,7 +67,8 @@ def main() -> None:
     for log in sorted(REAL.glob("*.log")):
         model = Path(str(analyze(log).log.args["model"])).name
         start = time.perf_counter()
-        report = analyze(log, snapshot=snap, config=REAL / "configs" / f"{model}.json")
+        report = analyze(log, snapshot=snap, config=REAL / "configs" / f"{model}.json",
+                         options=RUN_ENV)
         secs = time.perf_counter() - start
         rows = {c.quantity: {"engine": c.observed, "recon": c.predicted, "status": c.status}
                 for c in report.comparisons}
