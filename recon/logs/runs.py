@@ -25,6 +25,8 @@ from .parse import parse_lines, read_log
 MAX_RUNS = 200
 #: the file names read from a folder
 LOG_SUFFIXES = (".log", ".txt", ".out")
+#: how much of a log's top is read for its first time stamp
+HEAD_BYTES = 1 << 20
 _STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 #: arguments that name where a run is, not what it computes (never reported as a difference)
 _PLACES = {"model", "model_tag", "served_model_name", "port", "host", "tokenizer"}
@@ -97,8 +99,9 @@ def read_runs(path: str | Path) -> list[Run]:
         pieces = []
         for f in files:
             log = read_log(f)
-            lines = f.read_text(encoding="utf-8", errors="replace").split("\n")
-            pieces.append(_run(f.name, log, _first_stamp(lines)))
+            with open(f, "rb") as fh:  # the first time stamp is near the top: read only that
+                head = fh.read(HEAD_BYTES).decode("utf-8", errors="replace").split("\n")
+            pieces.append(_run(f.name, log, _first_stamp(head)))
         runs = pieces
     else:
         text = sys_text(p)
