@@ -91,7 +91,7 @@ def v026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
 def test_page_alignment_predicted_as_the_engine_printed(case: str, v026: Snapshot) -> None:
     # as the runs were made: LLM(...) on an H200 (README of tests/data/logs/real)
     report = analyze(REAL / f"{case}.log", snapshot=v026, config=REAL / "configs" / CONFIGS[case[0]],
-                     options={"gpu": "h200", "usage": "llm"})
+                     options={"gpu": "h200", "usage": "llm"}, memory_plan=False)
     rows = {c.quantity: c for c in report.comparisons}
     row = TABLE[case]
     for quantity, expected in (("attention_block_size", int(row["block size"])),
@@ -140,12 +140,14 @@ RUN_ENV = ["--set", "engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/loc
 
 @pytest.mark.parametrize("case", sorted(TABLE))
 def test_recon_logs_predicts_every_number_from_the_log_alone(case: str, v026: Snapshot) -> None:
-    """``recon logs LOG --snapshot S --config C`` and the runs' environment (README), nothing
-    else: the flags, the GPU and the entry point come from the log itself, every number the
-    engine printed that a recipe covers is predicted (the AOT compile folder too), and every
-    prediction matches (the CLI's exit status 0)."""
+    """``recon logs LOG --snapshot S --config C --memory-from-log`` and the runs' environment
+    (README), nothing else: the flags, the GPU and the entry point come from the log itself,
+    every number the engine printed that a recipe covers is predicted (the AOT compile folder
+    too), and every prediction matches (the CLI's exit status 0). The KV chain starts from
+    the log's available memory here; the memory plan (the default) is test_memory_plan's."""
     cmd = [sys.executable, "-m", "recon", "logs", str(REAL / f"{case}.log"), "--snapshot",
-           str(v026.root), "--config", str(_config_of(case)), "--json", *RUN_ENV]
+           str(v026.root), "--config", str(_config_of(case)), "--json", "--memory-from-log",
+           *RUN_ENV]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     report = json.loads(res.stdout)
     rows = {c["quantity"]: c for c in report["comparisons"]}

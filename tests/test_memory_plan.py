@@ -28,11 +28,13 @@ REAL = Path(__file__).parent / "data" / "logs" / "real"
 #: hybrid MoE, 64.69 GiB of weights), `vllm serve` at the model's own max_model_len
 H100 = Path(__file__).parent / "data" / "logs" / "real-h100"
 MODEL = {"L": "llama", "Q": "qwen3next", "E": "qwen3next", "N": "nemotronh", "D": "llama8b",
-         "H": "qwen36moe", "P8": "llama8b", "P36": "qwen36moe"}
+         "H": "qwen36moe", "P8": "llama8b", "P36": "qwen36moe", "O": "gptoss",
+         "Q27": "qwen35dense27b", "P27": "qwen35dense27b", "S8": "llama8b"}
 #: one per runner and memory shape: V2 runner (serve), V1 hybrid MoE with CUDA graphs,
 #: V1 Mamba hybrid eager with eight sequences (the forward, not the sampler, peaks)
-CASES = ["L_serve", "E_probe", "N_eager_seqs8", "D8_serve", "D8_u95_b16k", "H36_seqs64"]
-BOARD = {"D": "h100", "H": "h100", "P": "h100"}
+CASES = ["L_serve", "E_probe", "N_eager_seqs8", "D8_serve", "D8_u95_b16k", "H36_seqs64",
+         "O_default"]
+BOARD = {"D": "h100", "H": "h100", "P": "h100", "Q27": "h100", "S8": "h100"}
 #: LLM(...) keyword arguments a case line may carry beyond the common ones, as flags
 FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_dtype": "--kv-cache-dtype",
          "enforce_eager": "--enforce-eager", "gdn_prefill_backend": "--gdn-prefill-backend",
@@ -41,13 +43,18 @@ FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_dtype": "--kv-cache-dtype",
          "language_model_only": "--language-model-only"}
 
 
+def _on_h100(case: str) -> bool:
+    return case[0] in BOARD or case.split("_")[0] in BOARD
+
+
 def _log(case: str) -> Path:
-    return (H100 if case[0] in BOARD else REAL) / f"{case}.log"
+    return (H100 if _on_h100(case) else REAL) / f"{case}.log"
 
 
 def _config(case: str) -> dict[str, Any]:
-    folder = H100 if case[0] in BOARD else REAL
-    model = MODEL[case.split("_")[0]] if case.startswith("P") else MODEL[case[0]]
+    folder = H100 if _on_h100(case) else REAL
+    prefix = case.split("_")[0]
+    model = MODEL[prefix] if prefix in MODEL else MODEL[case[0]]
     return dict(json.loads((folder / "configs" / f"{model}.json").read_text()))
 
 
@@ -94,7 +101,7 @@ def v026(pip_snapshot: Callable[..., Snapshot]) -> Snapshot:
 @pytest.mark.parametrize("case", CASES)
 def test_memory_plan_matches_the_engine(case: str, v026: Snapshot) -> None:
     flags, usage = _command(case)
-    facts = engine_config(v026, flags, _config(case), gpu=BOARD.get(case[0], "h200"),
+    facts = engine_config(v026, flags, _config(case), gpu="h100" if _on_h100(case) else "h200",
                           usage=usage, memory_plan=True,
                           env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
     engine = _engine_lines(case)
@@ -108,6 +115,25 @@ def test_memory_plan_matches_the_engine(case: str, v026: Snapshot) -> None:
     parts = facts["weights_gib"] + facts["activation_peak_gib"] + facts["non_torch_gib"] \
         + facts["cudagraph_memory_gib"]
     assert abs(facts["requested_memory_gib"] - parts - facts["available_kv_gib"]) < 0.01
+
+
+def test_weights_are_the_blocks_the_allocator_held_for_the_model(v026: Snapshot) -> None:
+    """The DeepSeek-V2 MLA shape (M_default): the real allocator's record of its load
+    (load-allocs/A_M.log: torch's allocation history, the blocks still held whose stack
+    passes through load_model) holds 609,302,528 bytes of the model's own tensors, created
+    under torch's device context, in whole allocator blocks. recon's weights are those
+    bytes (to the 0.001 GiB it reports); the engine's printed 0.61 GiB adds the 40 MiB
+    block DeepGEMM's compiled library allocated during the load, which recon does not
+    count (engine-mode.md says so)."""
+    text = (H100 / "load-allocs" / "A_M.log").read_text()
+    rows = [json.loads(ln.split(" ", 1)[1]) for ln in text.splitlines()
+            if ln.startswith("LOADALLOC ")]
+    model = next(r["bytes"] for r in rows if "torch/utils/_device.py" in r.get("at", ""))
+    flags, usage = _command("M_default")
+    config = json.loads((REAL / "configs" / "deepseekv2.json").read_text())
+    facts = engine_config(v026, flags, config, gpu="h200", usage=usage, memory_plan=True,
+                          env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}).facts
+    assert abs(facts["weights_gib"] - model / (1 << 30)) <= 0.0005
 
 
 def test_the_release_refuses_to_start_as_the_engine_did(v026: Snapshot) -> None:
@@ -124,6 +150,25 @@ def test_the_release_refuses_to_start_as_the_engine_did(v026: Snapshot) -> None:
     assert facts["starts"] is False
     assert said.group(1) in facts["startup_error"]
     assert f"({said.group(2)} GiB KV cache is needed" in facts["startup_error"]
+
+
+def test_a_hybrid_at_its_defaults_will_not_start_for_its_mamba_blocks(v026: Snapshot) -> None:
+    """The Qwen3.5-27B-shaped hybrid at its own 262,144-token context on an H100 (Q27_serve):
+    the real engine planned its KV cache, then stopped while initialising it ("max_num_seqs
+    (1024) exceeds available Mamba cache blocks (372)"). recon must say it will not start, with
+    the release's own message, and a block count that follows the planned memory (within the
+    plan's 3% of the engine's)."""
+    flags, usage = _command("Q27_serve")
+    facts = engine_config(v026, flags, _config("Q27_serve"), gpu="h100", usage=usage,
+                          memory_plan=True).facts
+    said = re.search(r"ValueError: (max_num_seqs \(\d+\) exceeds available Mamba cache "
+                     r"blocks) \((\d+)\)", _log("Q27_serve").read_text())
+    assert said, "the engine's refusal is in its log"
+    assert facts["starts"] is False, facts.get("memory_not_predicted")
+    assert said.group(1) in facts["startup_error"]
+    blocks = int(re.search(r"Mamba cache blocks \((\d+)\)", facts["startup_error"]).group(1))
+    assert abs(blocks - int(said.group(2))) <= 0.03 * int(said.group(2))
+    assert facts["startup_error_where"].startswith("vllm/config/compilation.py")
 
 
 def test_a_share_above_the_free_memory_will_not_start(v026: Snapshot) -> None:
@@ -217,17 +262,17 @@ def test_a_prompt_the_release_refuses_exits_one_from_the_recipe(v026: Snapshot) 
 
 
 def test_logs_predicts_the_memory_section_from_the_command_line(v026: Snapshot) -> None:
-    """`recon logs --memory-plan` on the real Llama-3.1-8B start-up (H100): the weights, the
+    """`recon logs` on the real Llama-3.1-8B start-up (H100): by default the weights, the
     available KV memory and the KV tokens are predicted from the log's own argument line and
     board alone, then set beside the engine's lines; all within the plan's 3% (the weights at
-    the log's 0.1 GiB), exit 0, and the report says where the memory came from. Without the
-    flag the log's figure is given to the recipes, and the report says that instead."""
+    the log's 0.1 GiB), exit 0, and the report says where the memory came from. With
+    --memory-from-log the log's figure is given to the recipes, and the report says that."""
     args = [sys.executable, "-m", "recon", "logs", str(H100 / "D8_serve.log"), "--snapshot",
             str(v026.root), "--config", str(H100 / "configs" / "llama8b.json"), "--json",
             # the run's environment and transformers (README): its compile cache folder too
             "--set", "engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda",
             "--set", "engine_transformers=5.17.0"]
-    proc = subprocess.run([*args, "--memory-plan"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-1500:]
     report = json.loads(proc.stdout)
     rows = {row["quantity"]: row for row in report["comparisons"]}
@@ -240,7 +285,9 @@ def test_logs_predicts_the_memory_section_from_the_command_line(v026: Snapshot) 
     planned = rows["available_kv_cache_memory_gib"]["predicted"]
     assert abs(planned - engine["available"]) <= 0.03 * engine["available"]
     assert any("predicted from the command line" in n for n in report["notes"])
-    given = json.loads(subprocess.run(args, capture_output=True, text=True,
-                                      timeout=900).stdout)
+    assert report["memory_from"] == "plan"
+    given = json.loads(subprocess.run([*args, "--memory-from-log"], capture_output=True,
+                                      text=True, timeout=900).stdout)
     assert "available_kv_cache_memory_gib" not in {r["quantity"] for r in given["comparisons"]}
     assert any("the log's own figure" in n for n in given["notes"])
+    assert given["memory_from"] == "log"

@@ -1,12 +1,14 @@
-"""`recon logs` on every real H200 run in tests/data/logs/real/: the engine's numbers beside recon's.
+"""`recon logs` on every real run in tests/data/logs/real/: the engine's numbers beside recon's.
 
-    python3 bench/gpu_engine/compare_logs.py [--json results.json] > table.md
+    python3 bench/gpu_engine/compare_logs.py [--folder real-h100] [--memory-from-log]
+                                             [--json results.json] > table.md
 
 Each log goes through ``recon.logs.analyze`` as a user would run ``recon logs LOG --snapshot
 pip:vllm==0.26.0 --config CONFIG`` plus what the runs' environment held that no log line says
 (``--set engine_env=VLLM_USE_FLASHINFER_SAMPLER=0,CUDA_HOME=/usr/local/cuda --set
-engine_transformers=5.17.0``, the README's: the compile cache key holds them): the flags, the GPU,
-the entry point and the available KV memory come from the log itself. Prints one Markdown row per run (engine | recon for each
+engine_transformers=5.17.0``, the README's: the compile cache key holds them): the flags, the GPU
+and the entry point come from the log itself; the memory section is recon's memory plan (the
+default), or with ``--memory-from-log`` the available KV memory is the log's. Prints one Markdown row per run (engine | recon for each
 quantity, the verdict, the seconds it took) and, with ``--json``, every comparison.
 """
 
@@ -35,6 +37,8 @@ COLUMNS = [("block / padding", ("attention_block_size", "mamba_padding_pct")),
                                                       "cudagraph_graphs_piecewise",
                                                       "cudagraph_graphs_full")),
            ("batched tokens", ("max_num_batched_tokens",)),
+           ("weights GiB", ("model_load_gib",)),
+           ("available KV GiB", ("available_kv_cache_memory_gib",)),
            ("KV tokens", ("kv_cache_tokens",)), ("concurrency", ("max_concurrency",))]
 
 
@@ -56,7 +60,11 @@ def _cell(rows: dict[str, Any], keys: tuple[str, ...], side: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write every comparison here")
+    ap.add_argument("--folder", default="real", help="real (H200, small shapes) or real-h100")
+    ap.add_argument("--memory-from-log", action="store_true",
+                    help="give the recipes the log's available KV memory (no memory plan)")
     args = ap.parse_args()
+    folder = REAL.parent / args.folder
     snap = ensure_snapshot("pip:vllm==0.26.0")
     head = ["case", "GPU / entry point (from the log)"]
     for label, _ in COLUMNS:
@@ -64,11 +72,14 @@ def main() -> None:
     print("| " + " | ".join(head + ["verdict", "recon time"]) + " |")
     print("|" + "---|" * (len(head) + 2))
     everything = {}
-    for log in sorted(REAL.glob("*.log")):
-        model = Path(str(analyze(log).log.args["model"])).name
+    for log in sorted(folder.glob("*.log")):
+        args_line = analyze(log).log.args
+        if "model" not in args_line:
+            continue
+        model = Path(str(args_line["model"])).name
         start = time.perf_counter()
-        report = analyze(log, snapshot=snap, config=REAL / "configs" / f"{model}.json",
-                         options=RUN_ENV)
+        report = analyze(log, snapshot=snap, config=folder / "configs" / f"{model}.json",
+                         options=RUN_ENV, memory_plan=False if args.memory_from_log else None)
         secs = time.perf_counter() - start
         rows = {c.quantity: {"engine": c.observed, "recon": c.predicted, "status": c.status}
                 for c in report.comparisons}

@@ -55,7 +55,7 @@ def engine_config_cmd(
     engine_context: bool = typer.Option(False, "--engine-context", help="Usage context of an engine built from (Async)EngineArgs in your code ((Async)LLMEngine.from_engine_args)."),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE in the engine's environment."),
     kv_memory_gib: float | None = typer.Option(None, "--kv-memory-gib", help="Available KV cache memory (the engine's 'Available KV cache memory' line): KV tokens and concurrency."),
-    memory_plan: bool = typer.Option(False, "--memory-plan", help="vLLM without --kv-memory-gib: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start."),
+    memory_plan: bool | None = typer.Option(None, "--memory-plan/--no-memory-plan", help="vLLM: the worker's memory plan before it starts (weights, activation peak, CUDA graphs, available KV memory, KV tokens), or the release's refusal to start. On by default without --kv-memory-gib; given, a plan that cannot be made exits 6."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=1, help="With the memory plan: one prompt of N tokens, in the chunks the release's scheduler cuts, each chunk's activation peak against what is free while serving: fits, or by how much not (exit 1)."),
     draft_config: Path | None = typer.Option(None, "--draft-config", help="The draft model's config.json, where the command names the draft by a hub id (vLLM: --speculative-config's model; SGLang: --speculative-draft-model-path)."),
     engine_transformers: str | None = typer.Option(None, "--engine-transformers", help="The transformers version installed where the engine runs (the compile cache's config hash holds it); default: the release environment's, said as an assumption."),
@@ -84,16 +84,24 @@ def engine_config_cmd(
         if llm or engine_context or kv_memory_gib is not None:
             raise ReconError("--llm, --engine-context and --kv-memory-gib are vLLM options; SGLang engine mode "
                              "resolves the server's ServerArgs")
+        if memory_plan or prompt_tokens is not None:
+            err_console.print("recon: no memory plan for SGLang yet: --memory-plan and "
+                              "--prompt-tokens were not used", markup=False)
         _sglang(snap, flags, cfg, gpu, extra, draft=load_config(draft_config) if draft_config
                 else None, sandbox=not no_sandbox, as_json=as_json)
+        if memory_plan or prompt_tokens is not None:
+            raise typer.Exit(6)
         return
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
-    if prompt_tokens is not None and not memory_plan:
-        err_console.print("recon: --prompt-tokens runs on the memory plan: --memory-plan is on",
-                          markup=False)
-        memory_plan = True
+    asked = memory_plan is True or prompt_tokens is not None
+    if prompt_tokens is not None and memory_plan is False:
+        raise ReconError("--prompt-tokens runs on the memory plan: leave out --no-memory-plan")
+    if kv_memory_gib is not None and asked:
+        raise ReconError("--memory-plan makes the available KV memory that --kv-memory-gib "
+                         "gives: give one of them")
+    memory_plan = memory_plan is not False and kv_memory_gib is None
     with flag_hints(snap):
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                               env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
@@ -101,13 +109,18 @@ def engine_config_cmd(
                               draft_config=load_config(draft_config) if draft_config else None,
                               transformers_version=engine_transformers)
     data = facts.as_json()
+    if memory_plan and not asked and data.get("memory_not_predicted"):
+        # the plan was on by default: say it could not be made, without failing the answer
+        err_console.print(f"recon: no memory plan: {data['memory_not_predicted']}", markup=False)
+        data["memory_plan_default"] = True
     if as_json:
         emit_json(data)
         _memory_exit(data)
         return
     for line in facts.assumptions:
         err_console.print(f"recon: assumed {line}", markup=False)
-    if "starts" in data:  # the answer people asked for first: will it start, with what KV
+    if "starts" in data and not data.get("memory_plan_default"):
+        # the answer people asked for first: will it start, with what KV
         from .memory import memory_sentence
 
         console.print(memory_sentence(data), markup=False)
@@ -121,7 +134,7 @@ def engine_config_cmd(
                   f"(empty modules); device queries ({facts.gpu.key}); "
                   f"{', '.join(facts.replaced.get('in_process', []))} (in process)", markup=False)
     console.print(f"ran {len(facts.ran)} functions of the snapshot; seconds {facts.seconds}")
-    if "starts" in data:
+    if "starts" in data and not data.get("memory_plan_default"):
         from .memory import print_memory_plan
 
         print_memory_plan(data, sentence=False)
@@ -147,7 +160,8 @@ def _memory_exit(data: dict[str, Any]) -> None:
     no memory plan could be made."""
     if data.get("starts") is False or data.get("prompt_fits") is False:
         raise typer.Exit(1)
-    if data.get("memory_not_predicted") or data.get("prefill_not_predicted"):
+    if (data.get("memory_not_predicted") and not data.get("memory_plan_default")) \
+            or data.get("prefill_not_predicted"):
         raise typer.Exit(6)
 
 

@@ -31,11 +31,13 @@ def logs_cmd(
                                           "from the log's own argument line)."),
     sets: list[str] = typer.Option([], "--set", help="Recipe option KEY=VALUE, for every recipe."),
     engine: str | None = typer.Option(None, "--engine", help="vllm or sglang (default: detected)."),
-    memory_plan: bool = typer.Option(False, "--memory-plan",
-                                     help="vLLM: predict the memory section (weights, available "
-                                          "KV memory, KV tokens) from the command line alone "
-                                          "and compare it with the log's, instead of starting "
-                                          "from the log's 'Available KV cache memory'."),
+    memory_plan: bool | None = typer.Option(
+        None, "--memory-plan/--memory-from-log",
+        help="vLLM: predict the memory section (weights, available KV memory, KV tokens) from "
+             "the command line alone and compare it with the log's (the default, where the "
+             "release allows a plan: otherwise the log's figure, said); --memory-plan insists "
+             "(no plan: no prediction, exit 6); --memory-from-log starts from the log's "
+             "'Available KV cache memory'."),
     runs: bool = typer.Option(False, "--runs",
                               help="The log holds several start-ups (a concatenation): compare "
                                    "their torch.compile caches (a folder of logs always is)."),

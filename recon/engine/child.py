@@ -1732,16 +1732,20 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
     prompt = int(req.get("prompt_tokens") or 0)
     scheduled: dict[str, Any] = {}
 
-    def chunking(available: int) -> tuple[Any, list[tuple[int, int]]]:
-        kv = kv_phase(config, available, out, report=True)
+    def chunking(kv: Any) -> list[tuple[int, int]]:
         scheduled.update(prompt_chunks(config, kv, prompt))
-        return kv, scheduled["cut"]
+        return list(scheduled["cut"])
 
     plan = mem.plan(config, cls, state.attributes, total, graph_bytes, v1,
                     lambda placed: gpu_tensors_on_meta(torch, placed),
+                    lambda available: kv_phase(config, available, out, report=True),
                     chunking if prompt else None)
     plan["assumptions"] = assumptions
     plan["model_runner"] = "V1" if v1 else "V2"
+    if plan.get("kv_cache_not_initialized"):
+        assumptions.append("the runner's initialize_kv_cache did not run on meta "
+                           f"({plan['kv_cache_not_initialized']}): its checks of the CUDA "
+                           "graphs against the KV cache were not made")
     if plan.get("prefill"):
         plan["prefill"].update(prompt_tokens=prompt, **scheduled)
         assumptions.append(PREFILL_FUSED if plan["prefill"].get("fused_custom_ops")
@@ -1753,8 +1757,6 @@ def memory_phase(config: Any, req: dict[str, Any], out: dict[str, Any]) -> None:
     out["memory"] = plan
     out["phases"]["memory"] = round(time.monotonic() - lap, 2)
     out["phases"].update({f"memory_{k}": v for k, v in plan.pop("seconds", {}).items()})
-    if not prompt:
-        kv_phase(config, plan["available_kv_bytes"], out, report=True)
 
 
 #: how the prompt's chunks are counted, with what the real engine measured

@@ -31,22 +31,32 @@ What recon supplies, each listed in the answer:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import importlib
 import inspect
 import itertools
 import math
+import os
 import sys
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-#: the CUDA caching allocator's block granularity: every allocation is rounded up to it
+#: the CUDA caching allocator's constants (c10/cuda/CUDACachingAllocator.cpp, torch 2.x, no
+#: PYTORCH_CUDA_ALLOC_CONF): every request is rounded up to BLOCK; requests up to SMALL come
+#: from 2 MiB segments (SMALL_SEGMENT), those under MIN_LARGE from 20 MiB ones (LARGE_SEGMENT),
+#: larger ones get a segment of their own in 2 MiB steps (ROUND_LARGE); a block is split
+#: only when what would be left is at least BLOCK (small pool) or more than SMALL (large pool)
 BLOCK = 512
-#: the allocator reserves large blocks in 2 MiB multiples
-SEGMENT = 2 << 20
+SMALL = 1 << 20
+SMALL_SEGMENT = 2 << 20
+LARGE_SEGMENT = 20 << 20
+MIN_LARGE = 10 << 20
+ROUND_LARGE = 2 << 20
 GIB = 1 << 30
 
 #: memory outside torch a worker adds while it profiles (CUDA context excluded): the
@@ -70,20 +80,98 @@ CONTEXT_BYTES = int(0.51 * GIB)
 
 
 def rounded(nbytes: int) -> int:
-    """The bytes the caching allocator counts for one allocation of ``nbytes``."""
+    """The bytes the caching allocator is asked for by one allocation of ``nbytes``."""
     return max(BLOCK, -(-int(nbytes) // BLOCK) * BLOCK) if nbytes else 0
+
+
+class Heap:
+    """The CUDA caching allocator's blocks and segments, on addresses nothing backs.
+
+    ``malloc`` gives the bytes torch's ``memory_allocated()`` counts: whole blocks, so a
+    request whose best-fitting free block would leave too little to split takes all of it
+    (up to 1 MiB more than asked in the large pool). Free blocks are chosen best fit
+    (smallest, then lowest address) in their pool and merged with free neighbours of their
+    segment; ``release`` gives back the segments wholly free (``empty_cache``).
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # small -> (size, addr)
+        self.blocks: dict[int, list[Any]] = {}  # start -> [size, segment, in use, small]
+        self.ends: dict[int, int] = {}  # end -> start, of every block
+        self.segments: dict[int, int] = {}  # start -> size
+        self.top = 0
+        self.reserved = 0
+
+    def _put(self, start: int, size: int, segment: int, small: bool, used: bool) -> None:
+        self.blocks[start] = [size, segment, used, small]
+        self.ends[start + size] = start
+        if not used:
+            bisect.insort(self.free[small], (size, start))
+
+    def _take(self, start: int) -> list[Any]:
+        block = self.blocks.pop(start)
+        del self.ends[start + block[0]]
+        if not block[2]:
+            self.free[block[3]].remove((block[0], start))
+        return block
+
+    def malloc(self, nbytes: int) -> tuple[int, int]:
+        """The address and the counted bytes of the block serving a request of ``nbytes``."""
+        size = rounded(nbytes)
+        small = size <= SMALL
+        pool = self.free[small]
+        at = bisect.bisect_left(pool, (size, -1))
+        if at < len(pool):
+            start = pool[at][1]
+            block_size, segment = self._take(start)[:2]
+        else:
+            block_size = SMALL_SEGMENT if small else LARGE_SEGMENT if size < MIN_LARGE \
+                else -(-size // ROUND_LARGE) * ROUND_LARGE
+            start = segment = self.top
+            self.top += block_size
+            self.segments[start] = block_size
+            self.reserved += block_size
+        left = block_size - size
+        if left >= BLOCK if small else left > SMALL:
+            self._put(start + size, left, segment, small, used=False)
+            block_size = size
+        self._put(start, block_size, segment, small, used=True)
+        return start, block_size
+
+    def release_block(self, start: int) -> None:
+        """Free the block at ``start``, merged with the free blocks beside it."""
+        size, segment, _, small = self._take(start)
+        after = self.blocks.get(start + size)
+        if after is not None and not after[2] and after[1] == segment:
+            size += self._take(start + size)[0]
+        before = self.ends.get(start)
+        if before is not None and not self.blocks[before][2] \
+                and self.blocks[before][1] == segment:
+            size += self._take(before)[0]
+            start = before
+        self._put(start, size, segment, small, used=False)
+
+    def release(self) -> None:
+        """``empty_cache``: the segments no block of which is in use go back to the device."""
+        for start, size in list(self.segments.items()):
+            block = self.blocks.get(start)
+            if block is not None and not block[2] and block[0] == size:
+                self._take(start)
+                del self.segments[start]
+                self.reserved -= size
 
 
 class Ledger:
     """Live GPU storages and the counters torch's allocator statistics report."""
 
     def __init__(self) -> None:
+        self.heap = Heap()
         self.sizes: dict[int, int] = {}
+        self.addresses: dict[int, int] = {}
         self.holders: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.allocated = 0
         self.peak = 0
-        self.reserved = 0
         self._top: list[tuple[int, str]] = []
         self._stale = False  # a new peak whose largest holders are not yet listed
         self.fresh: set[int] = set()  # storages made since the last peak reset (listed)
@@ -93,10 +181,12 @@ class Ledger:
 
     def add(self, key: int, nbytes: int, name: str) -> None:
         if key not in self.sizes:
-            self.sizes[key], self.names[key], self.holders[key] = rounded(nbytes), name, 0
+            if not nbytes:  # an empty storage: torch allocates nothing
+                return
+            self.addresses[key], self.sizes[key] = self.heap.malloc(nbytes)
+            self.names[key], self.holders[key] = name, 0
             self.fresh.add(key)
             self.allocated += self.sizes[key]
-            self.reserved = max(self.reserved, -(-self.allocated // SEGMENT) * SEGMENT)
             if self.allocated > self.peak:
                 self.peak, self._stale = self.allocated, True
         self.holders[key] += 1
@@ -125,8 +215,13 @@ class Ledger:
             if self._stale:
                 self.top  # noqa: B018 - listed before the peak's storages start to leave
             self.allocated -= self.sizes.pop(key)
+            self.heap.release_block(self.addresses.pop(key))
             del self.holders[key], self.names[key]
             self.fresh.discard(key)
+
+    @property
+    def reserved(self) -> int:
+        return self.heap.reserved
 
     def settle(self, peak: int, top: list[tuple[int, str]]) -> None:
         """A fused kernel ran: what it made and dropped inside never stood at once with the
@@ -141,7 +236,7 @@ class Ledger:
         self.top = []
 
     def empty_cache(self) -> None:
-        self.reserved = -(-self.allocated // SEGMENT) * SEGMENT
+        self.heap.release()
 
 
 def counting_mode(torch: Any, ledger: Ledger, inside: frozenset[str] = frozenset()) -> Any:
@@ -391,19 +486,22 @@ def fresh_runner(runner_cls: Any, attributes: dict[str, Any]) -> Any:
 
 #: what a prompt's chunks need from the child once the plan is known: the release's KV cache
 #: config for the available bytes, and the chunks its scheduler cuts (tokens, context before)
-Chunking = Callable[[int], tuple[Any, list[tuple[int, int]]]]
+Chunking = Callable[[Any], list[tuple[int, int]]]
 
 
 def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
          graph_bytes: int, v1: bool, gpu_to_meta: Callable[[list[str]], Any],
-         chunking: Chunking | None = None) -> dict[str, Any]:
+         kv_for: Callable[[int], Any], chunking: Chunking | None = None) -> dict[str, Any]:
     """The worker's memory plan for ``config``: the release loads, profiles and subtracts.
 
     ``total``: the device memory torch reports; ``graph_bytes``: the CUDA graph estimate to
     answer for the V1 runner (which measures it by capturing); ``gpu_to_meta``: the child's
     mode that makes GPU tensors on meta (its argument collects what it redirected);
-    ``chunking``: given, the prompt's chunks then run on the planned KV cache
-    (:func:`prefill_peaks`).
+    ``kv_for``: the release's KV cache config for the available memory, which the runner
+    then initialises (``initialize_kv_cache``: the KV tensors, and the checks of its CUDA
+    graphs against them, where a release refuses to start: "max_num_seqs exceeds available
+    Mamba cache blocks"); ``chunking``: given, the prompt's chunks for that config, which
+    then run on it (:func:`prefill_peaks`).
     """
     import torch
 
@@ -445,11 +543,15 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
         available = int(worker.determine_available_memory())
         gc.collect()
         laps.append(time.monotonic())
+        kv = kv_for(available)
+        unready = kv_cache_ready(runner, kv)
         prefill = None
         if chunking is not None:
-            kv, chunks = chunking(available)
+            chunks = chunking(kv)
             try:
-                prefill = prefill_peaks(config, runner, kv, chunks, ledger, v1)
+                if unready:
+                    raise RuntimeError(f"the runner's initialize_kv_cache on meta: {unready}")
+                prefill = prefill_peaks(config, runner, chunks, ledger, v1)
             except Exception as err:  # noqa: BLE001 - said: the plan stands without it
                 prefill = {"error": f"{type(err).__name__}: {err}"[:800]}
         laps.append(time.monotonic())
@@ -463,6 +565,7 @@ def plan(config: Any, runner_cls: Any, attributes: dict[str, Any], total: int,
             "cudagraph_bytes": int(getattr(worker, "cudagraph_memory_estimate", 0)),
             "available_kv_bytes": available,
             "peak_holders": [{"bytes": b, "op": n} for b, n in ledger.top],
+            "kv_cache_not_initialized": unready,
             "replaced": said + placed, "kernels_not_launched": sorted(skipped),
             "ops_run": sorted(ledger.ran), "ops_faked": sorted(ledger.faked)}
 
@@ -475,18 +578,32 @@ def splitting_ops(config: Any) -> frozenset[str]:
                      for name in names)
 
 
-def prefill_peaks(config: Any, runner: Any, kv: Any, chunks: list[tuple[int, int]],
+def kv_cache_ready(runner: Any, kv: Any) -> str | None:
+    """The runner's own ``initialize_kv_cache`` for the planned config; None when it ran.
+
+    A ``ValueError`` the release raises there is its refusal to start and propagates; any
+    other failure (a step meta tensors cannot take) is returned, said, and the plan stands.
+    """
+    try:
+        runner.initialize_kv_cache(kv)
+    except Exception as err:  # noqa: BLE001 - said in the answer
+        last = traceback.extract_tb(err.__traceback__)[-1].filename
+        if isinstance(err, ValueError) and f"{os.sep}vllm{os.sep}" in last:
+            raise
+        return f"{type(err).__name__}: {err}"[:400]
+    return None
+
+
+def prefill_peaks(config: Any, runner: Any, chunks: list[tuple[int, int]],
                   ledger: Ledger, v1: bool) -> dict[str, Any]:
     """Each distinct chunk of one prompt through the release's forward, on the planned KV cache.
 
-    The runner allocates the KV cache the release planned (``initialize_kv_cache``), then
-    runs its dummy forward as a batch of one request of the chunk's tokens with attention
+    On the KV cache the runner allocated (:func:`kv_cache_ready`), it runs its dummy forward as a batch of one request of the chunk's tokens with attention
     metadata (the backends' own prefill paths, GDN/Mamba included) and the sampler's pass
     for its one row. The peak over what stood before each chunk (weights, KV cache, buffers)
     is the chunk's activation peak, as ``max_memory_allocated`` minus ``memory_allocated``
     reads it on the GPU.
     """
-    runner.initialize_kv_cache(kv)
     fused = fused_custom_ops(runner.model, ledger) if by_inductor(config) else 0
     gc.collect()
     standing = ledger.allocated

@@ -30,7 +30,7 @@ from .traps import find_traps
 def analyze(path: str | Path | None = None, *, text: str | None = None,
             snapshot: Any = None, config: str | Path | dict[str, Any] | None = None,
             flags: str | list[str] | None = None, options: dict[str, Any] | None = None,
-            engine: str | None = None, memory_plan: bool = False) -> LogReport:
+            engine: str | None = None, memory_plan: bool | None = None) -> LogReport:
     """Parse a log, find traps, and (with ``snapshot``) compare with the recipes' answers.
 
     ``snapshot`` is a :class:`~recon.snapshots.model.Snapshot`, a snapshot name/path or
@@ -40,7 +40,10 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
     line; the GPU and the entry point come from the log where it tells them
     (:mod:`recon.logs.setting`), and ``options`` (``--set``) override both.
     ``memory_plan`` (vLLM): the memory section (weights, available KV memory and what
-    follows) is predicted from the command line alone, not taken from the log.
+    follows) is predicted from the command line alone, not taken from the log. ``None`` (the
+    default) plans where the release allows it and otherwise takes the log's available KV
+    memory, saying why; ``False`` takes the log's; ``True`` plans or reports no prediction.
+    ``report.memory_from`` says which it did.
     """
     if text is not None:
         log = parse_text(text, engine=engine)
@@ -81,16 +84,34 @@ def analyze(path: str | Path | None = None, *, text: str | None = None,
         gpu, said = with_logged_memory(options["gpu"], log)
         options = {**options, "gpu": gpu}
         report.notes += [said] if said else []
-    planned = memory_plan and snap.package == "vllm"
-    fl.memory_planned = planned
-    note = memory_note(memory_plan, snap.package)
-    if note:
-        report.notes.append(note)
+    # the plan is engine mode's: recipes sliced by recon (--set mode=slice) take the log's figure
+    planned = memory_plan is not False and snap.package == "vllm" \
+        and str((options or {}).get("mode", "engine")) != "slice"
     with options_read(options or {}, "the recipes this log ran"):
-        run_predictions(report, snap, config=config, flags=fl, options=options, settings=settings,
-                        memory_plan=planned)
+        _predict(report, snap, config=config, flags=fl, options=options, settings=settings,
+                 planned=planned, fall_back=memory_plan is None)
     say_missing_once(report)
     return report
+
+
+def _predict(report: LogReport, snap: Any, *, config: Any, flags: Any, options: Any,
+             settings: Any, planned: bool, fall_back: bool) -> None:
+    """The recipes' predictions, from the memory plan where ``planned``; a plan the release
+    does not allow is said, and with ``fall_back`` the log's own figure is used instead."""
+    flags.memory_planned = planned
+    run_predictions(report, snap, config=config, flags=flags, options=options,
+                    settings=settings, memory_plan=planned)
+    unplanned = report.recipes.pop("memory plan", None) if planned else None
+    if unplanned and fall_back:
+        report.comparisons, report.inputs, report.checks, report.recipes = [], [], [], {}
+        flags.memory_planned = False
+        run_predictions(report, snap, config=config, flags=flags, options=options,
+                        settings=settings, memory_plan=False)
+    report.memory_from = None if snap.package != "vllm" else "log" if not planned or (
+        unplanned and fall_back) else "plan"
+    note = memory_note(planned, snap.package, unplanned)
+    if note:
+        report.notes.append(note)
 
 
 def _flags_for(log: ServerLog, flags: str | list[str] | None, report: LogReport) -> Any:
@@ -121,18 +142,19 @@ def _flags_for(log: ServerLog, flags: str | list[str] | None, report: LogReport)
     return parse_flags(None)
 
 
-def memory_note(memory_plan: bool, package: str) -> str | None:
+def memory_note(planned: bool, package: str, unplanned: str | None = None) -> str | None:
     """Which memory the predictions started from: the plan, or the engine's own figure."""
-    if memory_plan and package == "vllm":
-        return ("memory: predicted from the command line alone (the memory plan: weights, "
-                "activations, CUDA graphs, available KV memory), then compared with the log's")
-    if memory_plan:
+    if package != "vllm":
         return (f"memory: no memory plan for {package} yet; its free-memory figures are taken "
                 "from the log")
-    if package != "vllm":
-        return None
-    return ("memory: the KV cache's available memory is the log's own figure (--memory-plan "
-            "predicts it from the command line instead)")
+    if planned and not unplanned:
+        return ("memory: predicted from the command line alone (the memory plan: weights, "
+                "activations, CUDA graphs, available KV memory), then compared with the log's")
+    if unplanned:
+        return (f"memory: no memory plan for this release ({unplanned}); the KV cache's "
+                "available memory is the log's own figure")
+    return ("memory: the KV cache's available memory is the log's own figure (--memory-from-log;"
+            " the default predicts it from the command line)")
 
 
 def say_missing_once(report: LogReport) -> None:

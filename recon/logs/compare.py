@@ -91,6 +91,7 @@ LINKS: list[Link] = [
 MEMORY_LINKS: list[Link] = [
     Link("model_load_gib", "kv-capacity", ("weights_gib",)),
     Link("available_kv_cache_memory_gib", "kv-capacity", ("available_kv_gib",)),
+    Link("cudagraph_memory_estimated_gib", "kv-capacity", ("cudagraph_memory_gib",)),
 ]
 #: what follows from the planned memory, compared within the plan's measured accuracy (its
 #: available KV memory within 3% of the engine's on every real run, tests/test_memory_plan.py)
@@ -189,13 +190,19 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
             why_not[name] = f"recipe {name} not applicable: {res.reason}"
             continue
         report.recipes[name] = "ran"
-        for q, reason in (res.values.get("unpredicted") or {}).items():
+        if memory_plan and name == "kv-capacity" and (res.undecided or "").startswith(
+                "no memory plan"):
+            report.recipes["memory plan"] = res.undecided.split("): ", 1)[-1]  # type: ignore[union-attr]
+        unpredicted = res.values.get("unpredicted") or {}
+        for q, reason in unpredicted.items():
             why_not[f"{name}:{q}"] = f"recipe {name}: not a prediction: {reason}"
         if name in checks:
             report.checks += [{"recipe": name, "level": f.level, "text": f.text}
                               for f in res.findings if f.level != "info"]
             continue
         for q, (value, key) in _predictions_of(res, name, engine, links).items():
+            if q in unpredicted:
+                continue  # made from a figure recon assumed: said, never compared
             if memory_plan and q in PLANNED and name != "kv-capacity":
                 continue  # another recipe's child had no memory figure: the plan decides
             predicted.setdefault(q, (value, name, key))
@@ -241,6 +248,8 @@ def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
     rows: list[Comparison] = []
     names = [lk.quantity for lk in links if lk.engine == engine]
     names += [q for q in predicted if q not in names]
+    # a line a recipe said it gives no value for (made from a figure recon assumed)
+    names += [k.split(":", 1)[1] for k in why_not if ":" in k and k.split(":", 1)[1] not in names]
     for q in names:
         obs = log.observed.get(q)
         label = QUANTITIES[q].label if q in QUANTITIES else q
@@ -262,9 +271,13 @@ def _compare(log: ServerLog, predicted: dict[str, tuple[Any, str, str]],
         elif obs is not None:
             link = next((lk for lk in links if lk.quantity == q and lk.engine == engine), None)
             why = (why_not.get(f"{link.recipe}:{q}") or why_not.get(link.recipe)) if link else None
-            note = why or (f"recipe {link.recipe} gave no value for it" if link else "")
-            rows.append(Comparison(q, label, obs.value, obs.line, None,
-                                   link.recipe if link else None, None, "no prediction", note))
+            by: str | None = link.recipe if link else None
+            if link is None:  # a recipe that said why it gives no value for a line it logs
+                by, why = next(((k.split(":")[0], v) for k, v in why_not.items()
+                                if k.endswith(f":{q}")), (None, None))
+            note = why or (f"recipe {by} gave no value for it" if by else "")
+            rows.append(Comparison(q, label, obs.value, obs.line, None, by, None,
+                                   "no prediction", note))
     return rows
 
 

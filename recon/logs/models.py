@@ -144,6 +144,9 @@ class LogReport:
     #: verdicts of check recipes on the configuration the log reveals: {recipe, level, text}
     checks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: where the KV cache's available memory came from: "plan" (the command line alone),
+    #: "log" (the engine's own line), None (no snapshot, or an engine without a plan)
+    memory_from: str | None = None
 
     @property
     def mismatches(self) -> list[Comparison]:
@@ -160,5 +163,5 @@ class LogReport:
                 "flags_from": self.flags_from, "flags": self.flags,
                 "comparisons": [asdict(c) for c in self.comparisons],
                 "recipes": self.recipes, "inputs": self.inputs, "checks": self.checks,
-                "notes": self.notes,
+                "notes": self.notes, "memory_from": self.memory_from,
                 "mismatches": len(self.mismatches)}

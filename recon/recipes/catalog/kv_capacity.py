@@ -544,6 +544,8 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
             f"{f.get('prefill_free_gib')} GiB free while serving")
         res.findings.append(Finding("error", f"a {f.get('prompt_tokens')}-token prompt will not "
                                     f"run: {why}"))
+    if planned and facts.facts.get("memory_model_runner") == "V1":
+        res.values["unpredicted"] = dict.fromkeys(GRAPH_LINE, GRAPH_WHY)
     if planned:
         res.notes.append("available KV memory: the memory plan's, made before the engine runs "
                          "(its parts and assumptions above); --set available_kv_gib=N takes "
@@ -553,6 +555,11 @@ def run_engine(ctx: RecipeContext) -> RecipeResult:
                          + "; ".join(str(w.get("error")) for w in facts.warnings)[:600])
     return res
 
+
+#: the utilisations the V1 worker suggests from its CUDA graph estimate (a log's quantities)
+GRAPH_LINE = ("cudagraph_memory_estimated_gib", "gpu_util_equivalent", "gpu_util_suggested")
+GRAPH_WHY = ("the release measures its CUDA graph estimate by capturing graphs on the GPU "
+             "(and suggests utilisations from it); the memory plan assumed that estimate")
 
 #: what this recipe shows of the release's answer (identifiers of ``--json``)
 KV_KEYS = ("kv_cache_tokens", "kv_cache_tokens_range", "max_concurrency",
