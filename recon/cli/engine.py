@@ -69,12 +69,7 @@ def engine_config_cmd(
     from ..slicing.runner import load_config
     from ..snapshots.cache import ensure_snapshot
 
-    extra = {}
-    for item in env:
-        name, eq, value = item.partition("=")
-        if not eq:
-            raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
-        extra[name] = value
+    extra = _env_pairs(env)
     cfg = load_config(config) or {}  # a path always gives a dict; None only for no config
     gpu, read_as = board_for(gpu)  # a board, an alias, a device name or a compute capability
     if read_as:
@@ -95,13 +90,7 @@ def engine_config_cmd(
     if llm and engine_context:
         raise ReconError("--llm and --engine-context are two usage contexts: give one")
     usage = "llm" if llm else "engine" if engine_context else "serve"
-    asked = memory_plan is True or prompt_tokens is not None
-    if prompt_tokens is not None and memory_plan is False:
-        raise ReconError("--prompt-tokens runs on the memory plan: leave out --no-memory-plan")
-    if kv_memory_gib is not None and asked:
-        raise ReconError("--memory-plan makes the available KV memory that --kv-memory-gib "
-                         "gives: give one of them")
-    memory_plan = memory_plan is not False and kv_memory_gib is None
+    memory_plan, asked = _memory_plan_on(memory_plan, prompt_tokens, kv_memory_gib)
     with flag_hints(snap):
         facts = engine_config(snap, flags, cfg, gpu=gpu, usage=usage, files=model_files(config),
                               env=extra, kv_memory_gib=kv_memory_gib, sandbox=not no_sandbox,
@@ -115,8 +104,37 @@ def engine_config_cmd(
         data["memory_plan_default"] = True
     if as_json:
         emit_json(data)
-        _memory_exit(data)
-        return
+    else:
+        _print_answer(facts, data)
+    _memory_exit(data)
+
+
+def _env_pairs(env: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` words as a mapping (a word without ``=`` is refused)."""
+    extra = {}
+    for item in env:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ReconError(f"--env wants NAME=VALUE, got {item!r}")
+        extra[name] = value
+    return extra
+
+
+def _memory_plan_on(memory_plan: bool | None, prompt_tokens: int | None,
+                    kv_memory_gib: float | None) -> tuple[bool, bool]:
+    """Whether the memory plan runs, and whether the user asked for it (then a plan that
+    cannot be made exits 6): on by default, off where ``--kv-memory-gib`` gives the figure."""
+    asked = memory_plan is True or prompt_tokens is not None
+    if prompt_tokens is not None and memory_plan is False:
+        raise ReconError("--prompt-tokens runs on the memory plan: leave out --no-memory-plan")
+    if kv_memory_gib is not None and asked:
+        raise ReconError("--memory-plan makes the available KV memory that --kv-memory-gib "
+                         "gives: give one of them")
+    return memory_plan is not False and kv_memory_gib is None, asked
+
+
+def _print_answer(facts: Any, data: dict[str, Any]) -> None:
+    """The answer on a terminal: the sentence, the release's decisions, then the plan."""
     for line in facts.assumptions:
         err_console.print(f"recon: assumed {line}", markup=False)
     if "starts" in data and not data.get("memory_plan_default"):
@@ -138,7 +156,6 @@ def engine_config_cmd(
         from .memory import print_memory_plan
 
         print_memory_plan(data, sentence=False)
-    _memory_exit(data)
 
 
 def _compile_cache_lines(facts: Any) -> None:

@@ -160,20 +160,7 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
         if name not in known:
             why_not[name] = f"recipe {name} not available"
             continue
-        opts = dict(options or {})
-        given = {}
-        for option, quantity in INPUTS.get(name, {}).items():
-            if memory_plan and option == "available_kv_gib":
-                continue  # predicted, then compared with the log's figure
-            if option not in opts and quantity in log.observed:
-                opts[option] = log.observed[quantity].value
-                given[option] = {"recipe": name, "option": option, "quantity": quantity,
-                                 "value": opts[option], "line": log.observed[quantity].line}
-        for s in settings or []:
-            if s.option not in opts:
-                opts[s.option] = s.value
-                given[s.option] = {"recipe": name, "option": s.option, "quantity": s.why,
-                                   "value": s.value, "line": s.line}
+        opts, given = _recipe_options(name, log, options, settings, memory_plan)
         try:
             with looked_up() as used:
                 res = run_recipe(name, snapshot, config=config, flags=flags, options=opts)
@@ -215,6 +202,28 @@ def run_predictions(report: LogReport, snapshot: Any, *, config: Any, flags: Any
     report.recipes.update({k: v for k, v in why_not.items()
                            if k not in report.recipes and ":" not in k})
     report.comparisons = _compare(log, predicted, why_not, engine, ranges, links, memory_plan)
+
+
+def _recipe_options(name: str, log: ServerLog, options: dict[str, Any] | None,
+                    settings: list[FromLog] | None,
+                    memory_plan: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A recipe's options: the user's ``--set``, then what the log gives it (its measured
+    inputs, and the settings its lines settle); ``given`` says which came from which line."""
+    opts = dict(options or {})
+    given: dict[str, dict[str, Any]] = {}
+    for option, quantity in INPUTS.get(name, {}).items():
+        if memory_plan and option == "available_kv_gib":
+            continue  # predicted, then compared with the log's figure
+        if option not in opts and quantity in log.observed:
+            opts[option] = log.observed[quantity].value
+            given[option] = {"recipe": name, "option": option, "quantity": quantity,
+                             "value": opts[option], "line": log.observed[quantity].line}
+    for s in settings or []:
+        if s.option not in opts:
+            opts[s.option] = s.value
+            given[s.option] = {"recipe": name, "option": s.option, "quantity": s.why,
+                               "value": s.value, "line": s.line}
+    return opts, given
 
 
 def _predictions_of(res: Any, name: str, engine: str,
